@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code: edit proto/, then run scripts/gen_proto.py."""

@@ -1,0 +1,439 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRIORITY_UNSPECIFIED: _ClassVar[Priority]
+    PRIORITY_HIGH: _ClassVar[Priority]
+    PRIORITY_DEFAULT: _ClassVar[Priority]
+    PRIORITY_LOW: _ClassVar[Priority]
+
+class JobStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATUS_UNSPECIFIED: _ClassVar[JobStatus]
+    JOB_STATUS_DELAYED: _ClassVar[JobStatus]
+    JOB_STATUS_READY: _ClassVar[JobStatus]
+    JOB_STATUS_LEASED: _ClassVar[JobStatus]
+    JOB_STATUS_SUCCEEDED: _ClassVar[JobStatus]
+    JOB_STATUS_DEAD: _ClassVar[JobStatus]
+    JOB_STATUS_CANCELLED: _ClassVar[JobStatus]
+
+class DeadReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DEAD_REASON_UNSPECIFIED: _ClassVar[DeadReason]
+    DEAD_REASON_HANDLER_ERROR: _ClassVar[DeadReason]
+    DEAD_REASON_NOT_RETRYABLE: _ClassVar[DeadReason]
+    DEAD_REASON_LEASE_EXPIRED: _ClassVar[DeadReason]
+    DEAD_REASON_NO_HANDLER: _ClassVar[DeadReason]
+PRIORITY_UNSPECIFIED: Priority
+PRIORITY_HIGH: Priority
+PRIORITY_DEFAULT: Priority
+PRIORITY_LOW: Priority
+JOB_STATUS_UNSPECIFIED: JobStatus
+JOB_STATUS_DELAYED: JobStatus
+JOB_STATUS_READY: JobStatus
+JOB_STATUS_LEASED: JobStatus
+JOB_STATUS_SUCCEEDED: JobStatus
+JOB_STATUS_DEAD: JobStatus
+JOB_STATUS_CANCELLED: JobStatus
+DEAD_REASON_UNSPECIFIED: DeadReason
+DEAD_REASON_HANDLER_ERROR: DeadReason
+DEAD_REASON_NOT_RETRYABLE: DeadReason
+DEAD_REASON_LEASE_EXPIRED: DeadReason
+DEAD_REASON_NO_HANDLER: DeadReason
+
+class JobSpec(_message.Message):
+    __slots__ = ("type", "payload", "priority", "run_at_ms", "delay_ms", "max_attempts", "lease_ttl_ms", "idempotency_key")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    RUN_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    payload: bytes
+    priority: Priority
+    run_at_ms: int
+    delay_ms: int
+    max_attempts: int
+    lease_ttl_ms: int
+    idempotency_key: str
+    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., run_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class EnqueueRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: JobSpec
+    def __init__(self, job: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+
+class EnqueueResponse(_message.Message):
+    __slots__ = ("job_id", "created")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    created: bool
+    def __init__(self, job_id: _Optional[str] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class EnqueueManyRequest(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobSpec]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobSpec, _Mapping]]] = ...) -> None: ...
+
+class EnqueueManyResponse(_message.Message):
+    __slots__ = ("job_ids", "created")
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    created: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, job_ids: _Optional[_Iterable[str]] = ..., created: _Optional[_Iterable[bool]] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    RUN_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    EXPIRATIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    DEAD_REASON_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    type: str
+    priority: Priority
+    status: JobStatus
+    payload: bytes
+    run_at_ms: int
+    lease_until_ms: int
+    attempts: int
+    failures: int
+    expirations: int
+    max_attempts: int
+    last_error: str
+    dead_reason: DeadReason
+    idempotency_key: str
+    enqueued_at_ms: int
+    started_at_ms: int
+    finished_at_ms: int
+    result: bytes
+    shard: int
+    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class CancelJobResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: JobStatus
+    def __init__(self, status: _Optional[_Union[JobStatus, str]] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueueStats(_message.Message):
+    __slots__ = ("type", "priority", "delayed", "ready", "leased", "dead", "oldest_ready_age_ms")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    LEASED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_READY_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    priority: Priority
+    delayed: int
+    ready: int
+    leased: int
+    dead: int
+    oldest_ready_age_ms: int
+    def __init__(self, type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., delayed: _Optional[int] = ..., ready: _Optional[int] = ..., leased: _Optional[int] = ..., dead: _Optional[int] = ..., oldest_ready_age_ms: _Optional[int] = ...) -> None: ...
+
+class StatsResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueStats]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ...) -> None: ...
+
+class DeadFilter(_message.Message):
+    __slots__ = ("type", "reason")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    reason: DeadReason
+    def __init__(self, type: _Optional[str] = ..., reason: _Optional[_Union[DeadReason, str]] = ...) -> None: ...
+
+class ListDeadRequest(_message.Message):
+    __slots__ = ("filter", "limit", "after_id")
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    AFTER_ID_FIELD_NUMBER: _ClassVar[int]
+    filter: DeadFilter
+    limit: int
+    after_id: str
+    def __init__(self, filter: _Optional[_Union[DeadFilter, _Mapping]] = ..., limit: _Optional[int] = ..., after_id: _Optional[str] = ...) -> None: ...
+
+class ListDeadResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+
+class RequeueDeadRequest(_message.Message):
+    __slots__ = ("job_ids", "all", "filter")
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    all: bool
+    filter: DeadFilter
+    def __init__(self, job_ids: _Optional[_Iterable[str]] = ..., all: _Optional[bool] = ..., filter: _Optional[_Union[DeadFilter, _Mapping]] = ...) -> None: ...
+
+class RequeueDeadResponse(_message.Message):
+    __slots__ = ("requeued",)
+    REQUEUED_FIELD_NUMBER: _ClassVar[int]
+    requeued: int
+    def __init__(self, requeued: _Optional[int] = ...) -> None: ...
+
+class PurgeDeadRequest(_message.Message):
+    __slots__ = ("filter",)
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    filter: DeadFilter
+    def __init__(self, filter: _Optional[_Union[DeadFilter, _Mapping]] = ...) -> None: ...
+
+class PurgeDeadResponse(_message.Message):
+    __slots__ = ("purged",)
+    PURGED_FIELD_NUMBER: _ClassVar[int]
+    purged: int
+    def __init__(self, purged: _Optional[int] = ...) -> None: ...
+
+class GetVersionRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetVersionResponse(_message.Message):
+    __slots__ = ("version", "protocol", "shard_count")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    SHARD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    protocol: int
+    shard_count: int
+    def __init__(self, version: _Optional[str] = ..., protocol: _Optional[int] = ..., shard_count: _Optional[int] = ...) -> None: ...
+
+class LeaseRef(_message.Message):
+    __slots__ = ("job_id", "token", "shard")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    token: str
+    shard: int
+    def __init__(self, job_id: _Optional[str] = ..., token: _Optional[str] = ..., shard: _Optional[int] = ...) -> None: ...
+
+class Hello(_message.Message):
+    __slots__ = ("worker_id", "job_types", "concurrency", "held")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_TYPES_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    job_types: _containers.RepeatedScalarFieldContainer[str]
+    concurrency: int
+    held: _containers.RepeatedCompositeFieldContainer[LeaseRef]
+    def __init__(self, worker_id: _Optional[str] = ..., job_types: _Optional[_Iterable[str]] = ..., concurrency: _Optional[int] = ..., held: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ...) -> None: ...
+
+class Credit(_message.Message):
+    __slots__ = ("slots",)
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    slots: int
+    def __init__(self, slots: _Optional[int] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseRef]
+    def __init__(self, leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("lease", "result")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    lease: LeaseRef
+    result: bytes
+    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., result: _Optional[bytes] = ...) -> None: ...
+
+class Acks(_message.Message):
+    __slots__ = ("acks",)
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[Ack]
+    def __init__(self, acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ...) -> None: ...
+
+class Nack(_message.Message):
+    __slots__ = ("lease", "error", "retryable", "retry_delay_ms", "no_handler")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    NO_HANDLER_FIELD_NUMBER: _ClassVar[int]
+    lease: LeaseRef
+    error: str
+    retryable: bool
+    retry_delay_ms: int
+    no_handler: bool
+    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., retry_delay_ms: _Optional[int] = ..., no_handler: _Optional[bool] = ...) -> None: ...
+
+class Nacks(_message.Message):
+    __slots__ = ("nacks",)
+    NACKS_FIELD_NUMBER: _ClassVar[int]
+    nacks: _containers.RepeatedCompositeFieldContainer[Nack]
+    def __init__(self, nacks: _Optional[_Iterable[_Union[Nack, _Mapping]]] = ...) -> None: ...
+
+class Drain(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkerMessage(_message.Message):
+    __slots__ = ("hello", "credit", "heartbeat", "acks", "nacks", "drain")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    NACKS_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
+    hello: Hello
+    credit: Credit
+    heartbeat: Heartbeat
+    acks: Acks
+    nacks: Nacks
+    drain: Drain
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., acks: _Optional[_Union[Acks, _Mapping]] = ..., nacks: _Optional[_Union[Nacks, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ...) -> None: ...
+
+class Lease(_message.Message):
+    __slots__ = ("ref", "type", "payload", "priority", "attempt", "max_attempts", "deadline_ms", "lease_ttl_ms", "idempotency_key", "run_at_ms", "enqueued_at_ms")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    RUN_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ref: LeaseRef
+    type: str
+    payload: bytes
+    priority: Priority
+    attempt: int
+    max_attempts: int
+    deadline_ms: int
+    lease_ttl_ms: int
+    idempotency_key: str
+    run_at_ms: int
+    enqueued_at_ms: int
+    def __init__(self, ref: _Optional[_Union[LeaseRef, _Mapping]] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., run_at_ms: _Optional[int] = ..., enqueued_at_ms: _Optional[int] = ...) -> None: ...
+
+class Leases(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
+
+class LeaseExtended(_message.Message):
+    __slots__ = ("ref", "deadline_ms")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    ref: LeaseRef
+    deadline_ms: int
+    def __init__(self, ref: _Optional[_Union[LeaseRef, _Mapping]] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
+
+class LeasesExtended(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseExtended]
+    def __init__(self, leases: _Optional[_Iterable[_Union[LeaseExtended, _Mapping]]] = ...) -> None: ...
+
+class LeaseRejected(_message.Message):
+    __slots__ = ("ref", "reason")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ref: LeaseRef
+    reason: str
+    def __init__(self, ref: _Optional[_Union[LeaseRef, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class LeasesRejected(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseRejected]
+    def __init__(self, leases: _Optional[_Iterable[_Union[LeaseRejected, _Mapping]]] = ...) -> None: ...
+
+class Cancel(_message.Message):
+    __slots__ = ("ref",)
+    REF_FIELD_NUMBER: _ClassVar[int]
+    ref: LeaseRef
+    def __init__(self, ref: _Optional[_Union[LeaseRef, _Mapping]] = ...) -> None: ...
+
+class Redirect(_message.Message):
+    __slots__ = ("target", "reason")
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    target: str
+    reason: str
+    def __init__(self, target: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Welcome(_message.Message):
+    __slots__ = ("dispatcher_id", "protocol", "heartbeat_interval_ms")
+    DISPATCHER_ID_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    dispatcher_id: str
+    protocol: int
+    heartbeat_interval_ms: int
+    def __init__(self, dispatcher_id: _Optional[str] = ..., protocol: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+
+class DispatcherMessage(_message.Message):
+    __slots__ = ("welcome", "leases", "extended", "rejected", "cancel", "redirect")
+    WELCOME_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    EXTENDED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    REDIRECT_FIELD_NUMBER: _ClassVar[int]
+    welcome: Welcome
+    leases: Leases
+    extended: LeasesExtended
+    rejected: LeasesRejected
+    cancel: Cancel
+    redirect: Redirect
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., leases: _Optional[_Union[Leases, _Mapping]] = ..., extended: _Optional[_Union[LeasesExtended, _Mapping]] = ..., rejected: _Optional[_Union[LeasesRejected, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., redirect: _Optional[_Union[Redirect, _Mapping]] = ...) -> None: ...

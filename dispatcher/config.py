@@ -1,0 +1,159 @@
+"""Dispatcher settings: one frozen object, read from SHARDQ_* environment variables and flags."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from shardmap import DEFAULT_SHARD_COUNT, MAX_SHARD_COUNT
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff before retry n (n = failures + expirations so far, from 1):
+
+    ``min(cap, base * 2 ** (n - 1)) * (1 + jitter * u)`` with u uniform in [-1, 1).
+    With the defaults this is 1, 2, 4, 8 s; the fifth failure dead-letters a job
+    whose max_attempts is 5. The formula is evaluated in one place, the Lua
+    include ``retry_or_dead``; this object validates and carries its inputs.
+    """
+
+    base_ms: int = 1000
+    cap_ms: int = 3_600_000
+    jitter: float = 0.0
+    #: Whether lease expiries count toward max_attempts (handler failures always do).
+    count_expirations: bool = True
+
+    def __post_init__(self) -> None:
+        if self.base_ms < 1:
+            raise ConfigError("retry base must be at least 1 ms")
+        if self.cap_ms < self.base_ms:
+            raise ConfigError("retry cap cannot be less than the retry base")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ConfigError("retry jitter must be between 0 and 1")
+
+
+@dataclass(frozen=True)
+class FairnessPolicy:
+    """How lease slots are shared between priority classes high, default and low.
+
+    Weighted: when all classes have ready jobs, each gets slots in proportion to
+    its weight (default 6:3:1), so a flood of low jobs never starves high ones and a
+    steady stream of high jobs still lets low ones through. Strict: always the
+    highest non-empty class first.
+    """
+
+    weights: tuple[int, int, int] = (6, 3, 1)
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.weights) != 3 or any(w < 1 for w in self.weights):
+            raise ConfigError("priority weights must be three integers >= 1 (high, default, low)")
+
+    @classmethod
+    def parse(cls, text: str) -> FairnessPolicy:
+        """``strict`` or ``high=6,default=3,low=1`` (or ``6,3,1``)."""
+        text = text.strip()
+        if text == "strict":
+            return cls(strict=True)
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        values = [p.split("=", 1)[-1] for p in parts]
+        try:
+            weights = tuple(int(v) for v in values)
+        except ValueError:
+            raise ConfigError(f"bad priority weights {text!r}: use 'strict' or 'high=6,default=3,low=1'") from None
+        if len(weights) != 3:
+            raise ConfigError(f"bad priority weights {text!r}: three weights are needed")
+        return cls(weights=(weights[0], weights[1], weights[2]))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a dispatcher process reads at start. Defaults are documented per field."""
+
+    #: SHARDQ_REDIS_URL. Unset: start a private redis-server child for this process.
+    redis_url: str | None = None
+    #: SHARDQ_DB_URL: postgresql://... or sqlite:///path. Unset: sqlite:///<data_dir>/shardq.sqlite3.
+    db_url: str | None = None
+    #: SHARDQ_DATA_DIR: where the embedded defaults keep files.
+    data_dir: str = "shardq-data"
+    #: SHARDQ_LISTEN: gRPC address.
+    listen: str = "127.0.0.1:7070"
+    #: SHARDQ_SHARD_COUNT: logical shards, fixed when a cluster is first created.
+    shard_count: int = DEFAULT_SHARD_COUNT
+    #: SHARDQ_LEASE_TTL_MS: default lease TTL of a job.
+    lease_ttl_ms: int = 60_000
+    #: SHARDQ_MAX_ATTEMPTS: default max_attempts of a job.
+    max_attempts: int = 5
+    #: SHARDQ_RECONNECT_GRACE_MS: how long a disconnected worker's leases stay valid for it to reclaim.
+    reconnect_grace_ms: int = 5_000
+    #: SHARDQ_MAX_PAYLOAD_BYTES: largest accepted payload (1 MiB).
+    max_payload_bytes: int = 1 << 20
+    #: SHARDQ_MAX_RESULT_BYTES: largest stored ack result (64 KiB).
+    max_result_bytes: int = 64 << 10
+    #: SHARDQ_MAX_BATCH: most jobs in one EnqueueMany.
+    max_batch: int = 10_000
+    #: SHARDQ_FLUSH_INTERVAL_MS: how long status writes gather before one DB transaction.
+    flush_interval_ms: int = 10
+    #: SHARDQ_RECONCILE_INTERVAL_S: full DB-vs-Redis sweep period (also run at start and on data loss).
+    reconcile_interval_s: float = 300.0
+    #: SHARDQ_LEASE_BATCH: most leases sent to one worker in one message.
+    lease_batch: int = 256
+    #: SHARDQ_LOG_LEVEL and SHARDQ_LOG_FORMAT (auto, json, console).
+    log_level: str = "info"
+    log_format: str = "auto"
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    fairness: FairnessPolicy = field(default_factory=FairnessPolicy)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.shard_count <= MAX_SHARD_COUNT:
+            raise ConfigError(f"shard count must be in 1..{MAX_SHARD_COUNT}")
+        for name in ("lease_ttl_ms", "max_attempts", "max_payload_bytes", "max_batch", "lease_batch"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        if self.reconnect_grace_ms < 0 or self.flush_interval_ms < 0:
+            raise ConfigError("durations cannot be negative")
+
+    def resolved_db_url(self) -> str:
+        return self.db_url or f"sqlite:///{os.path.join(self.data_dir, 'shardq.sqlite3')}"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        simple = {f.name: f for f in fields(cls) if f.name not in ("retry", "fairness")}
+        for name, f in simple.items():
+            raw = env.get(f"SHARDQ_{name.upper()}")
+            if raw is None or raw == "":
+                continue
+            kind = f.type if isinstance(f.type, str) else f.type.__name__
+            try:
+                if kind.startswith("int"):
+                    values[name] = int(raw)
+                elif kind.startswith("float"):
+                    values[name] = float(raw)
+                else:
+                    values[name] = raw
+            except ValueError:
+                raise ConfigError(f"SHARDQ_{name.upper()}={raw!r} is not a number") from None
+        retry = RetryPolicy()
+        try:
+            if "SHARDQ_RETRY_BASE_MS" in env:
+                retry = replace(retry, base_ms=int(env["SHARDQ_RETRY_BASE_MS"]))
+            if "SHARDQ_RETRY_CAP_MS" in env:
+                retry = replace(retry, cap_ms=int(env["SHARDQ_RETRY_CAP_MS"]))
+            if "SHARDQ_RETRY_JITTER" in env:
+                retry = replace(retry, jitter=float(env["SHARDQ_RETRY_JITTER"]))
+        except ValueError as exc:
+            raise ConfigError(f"bad SHARDQ_RETRY_* value: {exc}") from None
+        if "SHARDQ_COUNT_EXPIRATIONS" in env:
+            retry = replace(retry, count_expirations=env["SHARDQ_COUNT_EXPIRATIONS"].lower() in ("1", "true", "yes"))
+        values["retry"] = retry
+        if env.get("SHARDQ_PRIORITY_WEIGHTS"):
+            values["fairness"] = FairnessPolicy.parse(env["SHARDQ_PRIORITY_WEIGHTS"])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

@@ -1,0 +1,69 @@
+"""Every Redis key shardq uses, built in one place.
+
+All keys of one shard share the Redis Cluster hash tag ``{s<N>}``, so each Lua
+script touches one slot, and every key a script touches is passed in KEYS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .states import Priority
+
+PREFIX = "shardq"
+
+
+@dataclass(frozen=True)
+class ShardKeys:
+    shard: int
+
+    @property
+    def tag(self) -> str:
+        return f"{PREFIX}:{{s{self.shard}}}"
+
+    @property
+    def meta(self) -> str:
+        """Hash: epoch and owner of the shard. Its absence means Redis lost the shard."""
+        return f"{self.tag}:meta"
+
+    @property
+    def jobs(self) -> str:
+        """Hash: job id -> msgpack job record (see records.py)."""
+        return f"{self.tag}:jobs"
+
+    @property
+    def payloads(self) -> str:
+        """Hash: job id -> payload bytes, for jobs not yet finished."""
+        return f"{self.tag}:payloads"
+
+    @property
+    def delayed(self) -> str:
+        """Sorted set: job id scored by run_at (ms)."""
+        return f"{self.tag}:delayed"
+
+    @property
+    def leased(self) -> str:
+        """Sorted set: job id scored by lease deadline (ms)."""
+        return f"{self.tag}:leased"
+
+    @property
+    def counts(self) -> str:
+        """Hash: '<type>|<class>|<state>' -> number of jobs, for stats and metrics."""
+        return f"{self.tag}:counts"
+
+    @property
+    def seq(self) -> str:
+        """Counter: FIFO order in the ready sets and the serial part of lease tokens."""
+        return f"{self.tag}:seq"
+
+    @property
+    def types(self) -> str:
+        """Set: job types seen in this shard."""
+        return f"{self.tag}:types"
+
+    def ready(self, job_type: str, priority: Priority | int) -> str:
+        """Sorted set: ready job ids of one type and class, scored by the order they became ready."""
+        return f"{self.tag}:ready:{int(priority)}:{job_type}"
+
+
+CLUSTER_KEY = f"{PREFIX}:cluster"  # hash: shard_count, created_at

@@ -1,0 +1,75 @@
+"""The job record kept in a shard's ``jobs`` hash, msgpack-encoded.
+
+Short field names keep Redis memory per pending job small; the Lua scripts use
+the same names (see scripts/includes/record.lua).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from .states import JobState, Priority
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    type: str  # t
+    priority: Priority  # p
+    state: JobState  # s
+    run_at_ms: int  # r: run_at, or when the job became ready
+    enqueued_at_ms: int  # e
+    max_attempts: int  # m
+    lease_ttl_ms: int  # l
+    attempts: int = 0  # a: leases handed out
+    failures: int = 0  # f: handler errors
+    expirations: int = 0  # x: expired leases
+    token: str = ""  # k
+    deadline_ms: int = 0  # d
+    idempotency_key: str = ""  # i
+    cancel_requested: bool = False  # c
+
+    def pack(self) -> bytes:
+        data: dict[str, Any] = {
+            "t": self.type,
+            "p": int(self.priority),
+            "s": str(self.state),
+            "r": self.run_at_ms,
+            "e": self.enqueued_at_ms,
+            "m": self.max_attempts,
+            "l": self.lease_ttl_ms,
+            "a": self.attempts,
+            "f": self.failures,
+            "x": self.expirations,
+        }
+        if self.token:
+            data["k"] = self.token
+        if self.deadline_ms:
+            data["d"] = self.deadline_ms
+        if self.idempotency_key:
+            data["i"] = self.idempotency_key
+        if self.cancel_requested:
+            data["c"] = 1
+        return msgpack.packb(data)
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> JobRecord:
+        d = msgpack.unpackb(raw, raw=False)
+        return cls(
+            type=d["t"],
+            priority=Priority(d["p"]),
+            state=JobState(d["s"]),
+            run_at_ms=int(d["r"]),
+            enqueued_at_ms=int(d["e"]),
+            max_attempts=int(d["m"]),
+            lease_ttl_ms=int(d["l"]),
+            attempts=int(d.get("a", 0)),
+            failures=int(d.get("f", 0)),
+            expirations=int(d.get("x", 0)),
+            token=d.get("k", ""),
+            deadline_ms=int(d.get("d", 0)),
+            idempotency_key=d.get("i", ""),
+            cancel_requested=bool(d.get("c", 0)),
+        )

@@ -1,0 +1,63 @@
+--[[ Lease ready jobs to one worker, sharing slots between priority classes.
+Input:
+  KEYS[1] meta, KEYS[2] jobs, KEYS[3] payloads, KEYS[4] leased, KEYS[5] counts, KEYS[6] seq,
+  KEYS[7..] ready sets, class-major: class 0 for each of the worker's types, then class 1, then 2
+  ARGV[1] epoch, ARGV[2] now (ms), ARGV[3] number of types, ARGV[4] picks: one digit (class) per wanted
+          lease, in the order the fairness policy chose. A pick whose class is empty falls back to the
+          highest non-empty class. Within a class the oldest ready job of any of the types goes first.
+Output:
+  -1 not owner
+  otherwise a flat table, 12 entries per lease:
+    id, token, class, type, attempt, max_attempts, deadline, ttl, idempotency key, run_at, enqueued_at,
+    payload
+]]
+--- @include "record"
+if not owns(KEYS[1], ARGV[1]) then return -1 end
+local now = tonumber(ARGV[2])
+local ntypes = tonumber(ARGV[3])
+local picks = ARGV[4]
+local empty = {}
+
+local function oldest(class)
+  if empty[class] then return nil end
+  local best_key, best_id, best_score
+  for j = 1, ntypes do
+    local key = KEYS[6 + class * ntypes + j]
+    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if head[1] and (best_score == nil or tonumber(head[2]) < best_score) then
+      best_key, best_id, best_score = key, head[1], tonumber(head[2])
+    end
+  end
+  if not best_key then empty[class] = true end
+  return best_key, best_id
+end
+
+local out = {}
+for p = 1, #picks do
+  local class = tonumber(string.sub(picks, p, p))
+  local key, id = oldest(class)
+  if not key then
+    for c = 0, 2 do
+      key, id = oldest(c)
+      if key then class = c; break end
+    end
+  end
+  if not key then break end
+  redis.call('ZREM', key, id)
+  local rec = load_job(KEYS[2], id)
+  if rec and rec.s == 'ready' then
+    local token = ARGV[1] .. ':' .. redis.call('INCR', KEYS[6])
+    rec.a = (rec.a or 0) + 1
+    rec.k = token
+    rec.d = now + rec.l
+    set_state(KEYS[5], rec, 'leased')
+    save_job(KEYS[2], id, rec)
+    redis.call('ZADD', KEYS[4], rec.d, id)
+    local k = #out
+    out[k + 1] = id; out[k + 2] = token; out[k + 3] = class; out[k + 4] = rec.t
+    out[k + 5] = rec.a; out[k + 6] = rec.m; out[k + 7] = rec.d; out[k + 8] = rec.l
+    out[k + 9] = rec.i or ''; out[k + 10] = rec.r; out[k + 11] = rec.e
+    out[k + 12] = redis.call('HGET', KEYS[3], id) or ''
+  end
+end
+return out

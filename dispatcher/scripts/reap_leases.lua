@@ -1,0 +1,45 @@
+--[[ Expire leases whose deadline has passed: retry after backoff, or dead-letter (reason lease_expired).
+Input:
+  KEYS[1] meta, KEYS[2] jobs, KEYS[3] payloads, KEYS[4] leased, KEYS[5] delayed, KEYS[6] counts
+  ARGV[1] epoch, ARGV[2] now (ms), ARGV[3] limit, ARGV[4] base (ms), ARGV[5] cap (ms), ARGV[6] jitter,
+  ARGV[7] count expirations (1/0), ARGV[8] rand in [0, 1)
+Output:
+  -1 not owner
+  otherwise {next deadline or -1, then per expired job 6 entries: id, outcome (1 delayed, 2 dead,
+  3 cancelled), run_at, attempts, failures, expirations}
+]]
+--- @include "record"
+--- @include "retry_or_dead"
+if not owns(KEYS[1], ARGV[1]) then return -1 end
+local now = tonumber(ARGV[2])
+local policy = {base = tonumber(ARGV[4]), cap = tonumber(ARGV[5]), jitter = tonumber(ARGV[6]),
+                count_expirations = ARGV[7] == '1'}
+local rand = tonumber(ARGV[8])
+local OUTCOME = {delayed = 1, dead = 2, cancelled = 3}
+local out = {-1}
+local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+for n, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[4], id)
+  local rec = load_job(KEYS[2], id)
+  if rec and rec.s == 'leased' then
+    rec.x = (rec.x or 0) + 1
+    local u = (rand + n * 0.6180339887) % 1
+    local state, run_at = retry_or_dead(rec, now, policy, 'lease_expired', -1, u)
+    rec.k = nil
+    rec.d = nil
+    set_state(KEYS[6], rec, state)
+    if state == 'delayed' then
+      rec.r = run_at
+      redis.call('ZADD', KEYS[5], run_at, id)
+    else
+      redis.call('HDEL', KEYS[3], id)
+    end
+    save_job(KEYS[2], id, rec)
+    local k = #out
+    out[k + 1] = id; out[k + 2] = OUTCOME[state]; out[k + 3] = run_at
+    out[k + 4] = rec.a; out[k + 5] = rec.f or 0; out[k + 6] = rec.x
+  end
+end
+local head = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+if head[2] then out[1] = tonumber(head[2]) end
+return out

@@ -1,0 +1,289 @@
+"""The Redis working set: typed Python calls over the Lua transitions of one shard each."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .config import RetryPolicy
+from .errors import NotOwner
+from .keys import ShardKeys
+from .records import JobRecord
+from .scripting import Scripts
+from .states import DeadReason, JobState, Priority
+
+_OUTCOMES = {1: JobState.DELAYED, 2: JobState.DEAD, 3: JobState.CANCELLED}
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    id: str
+    record: JobRecord
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One lease handed to a worker."""
+
+    id: str
+    token: str
+    shard: int
+    priority: Priority
+    type: str
+    attempt: int
+    max_attempts: int
+    deadline_ms: int
+    lease_ttl_ms: int
+    idempotency_key: str
+    run_at_ms: int
+    enqueued_at_ms: int
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A job's state after a transition, as the status writer records it."""
+
+    id: str
+    shard: int
+    state: JobState
+    run_at_ms: int = 0
+    attempts: int = 0
+    failures: int = 0
+    expirations: int = 0
+    dead_reason: str = ""
+
+
+@dataclass(frozen=True)
+class NackSpec:
+    id: str
+    token: str
+    final_reason: str = ""  # '' retryable, else a DeadReason value
+    delay_ms: int = -1
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    code: int  # 0 not in Redis, 1 cancelled, 2 running (flagged), 3 already terminal
+    state: str
+    token: str
+
+
+def _check_owner(result: Any, shard: int) -> None:
+    if isinstance(result, int) and result == -1:
+        raise NotOwner(f"not the owner of shard {shard} (stale epoch or shard lost)")
+
+
+class WorkingSet:
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
+        self.scripts = Scripts(redis)
+
+    # -- enqueue and promotion -------------------------------------------------
+
+    async def enqueue(self, shard: int, epoch: int, now: int, jobs: Sequence[NewJob]) -> list[int]:
+        """Returns per job 0 (already present), 1 (ready) or 2 (delayed)."""
+        k = ShardKeys(shard)
+        ready_keys: dict[str, int] = {}
+        args: list[Any] = [epoch, now]
+        for job in jobs:
+            rk = k.ready(job.record.type, job.record.priority)
+            idx = ready_keys.setdefault(rk, len(ready_keys) + 1)
+            args += [job.id, job.record.pack(), job.payload, idx]
+        keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.seq, k.types, *ready_keys]
+        result = await self.scripts.enqueue(keys=keys, args=args)
+        _check_owner(result, shard)
+        return [int(x) for x in result]
+
+    async def promote_due(self, shard: int, epoch: int, now: int, limit: int) -> tuple[int, int]:
+        """Move up to ``limit`` due jobs to their ready sets. Returns (promoted, next due ms or -1)."""
+        k = ShardKeys(shard)
+        due = await self.scripts.peek_due(keys=[k.delayed, k.jobs], args=[now, limit])
+        if not due:
+            head = await self.redis.zrange(k.delayed, 0, 0, withscores=True)
+            return 0, int(head[0][1]) if head else -1
+        ready_keys: dict[str, int] = {}
+        args: list[Any] = [epoch, now]
+        for i in range(0, len(due), 3):
+            job_type, prio = _s(due[i + 1]), int(due[i + 2])
+            idx = 0 if prio < 0 else ready_keys.setdefault(k.ready(job_type, prio), len(ready_keys) + 1)
+            args += [due[i], idx]
+        keys = [k.meta, k.jobs, k.delayed, k.counts, k.seq, *ready_keys]
+        result = await self.scripts.promote_delayed(keys=keys, args=args)
+        _check_owner(result, shard)
+        return int(result[0]), int(result[1])
+
+    # -- leases ------------------------------------------------------------------
+
+    async def lease(
+        self, shard: int, epoch: int, now: int, job_types: Sequence[str], picks: Sequence[int]
+    ) -> list[Grant]:
+        k = ShardKeys(shard)
+        keys = [k.meta, k.jobs, k.payloads, k.leased, k.counts, k.seq]
+        keys += [k.ready(t, c) for c in Priority for t in job_types]
+        result = await self.scripts.lease(
+            keys=keys, args=[epoch, now, len(job_types), "".join(str(int(c)) for c in picks)]
+        )
+        _check_owner(result, shard)
+        grants = []
+        for i in range(0, len(result), 12):
+            r = result[i : i + 12]
+            grants.append(
+                Grant(
+                    id=_s(r[0]),
+                    token=_s(r[1]),
+                    shard=shard,
+                    priority=Priority(int(r[2])),
+                    type=_s(r[3]),
+                    attempt=int(r[4]),
+                    max_attempts=int(r[5]),
+                    deadline_ms=int(r[6]),
+                    lease_ttl_ms=int(r[7]),
+                    idempotency_key=_s(r[8]),
+                    run_at_ms=int(r[9]),
+                    enqueued_at_ms=int(r[10]),
+                    payload=r[11] if isinstance(r[11], bytes) else _s(r[11]).encode(),
+                )
+            )
+        return grants
+
+    async def extend(self, shard: int, now: int, refs: Sequence[tuple[str, str]]) -> list[int]:
+        """Per (id, token): new deadline, 0 if rejected, negative deadline if cancel was requested."""
+        k = ShardKeys(shard)
+        args: list[Any] = [now]
+        for ref in refs:
+            args += ref
+        return [int(x) for x in await self.scripts.extend_lease(keys=[k.jobs, k.leased], args=args)]
+
+    async def shorten(self, shard: int, until: int, refs: Sequence[tuple[str, str]]) -> int:
+        k = ShardKeys(shard)
+        args: list[Any] = [until]
+        for ref in refs:
+            args += ref
+        return int(await self.scripts.shorten_lease(keys=[k.jobs, k.leased], args=args))
+
+    async def ack(self, shard: int, now: int, refs: Sequence[tuple[str, str]]) -> list[Transition | None]:
+        k = ShardKeys(shard)
+        args: list[Any] = [now]
+        for ref in refs:
+            args += ref
+        r = await self.scripts.ack(keys=[k.jobs, k.payloads, k.leased, k.counts], args=args)
+        out: list[Transition | None] = []
+        for n, (job_id, _) in enumerate(refs):
+            ok, attempts, failures, expirations = (int(x) for x in r[n * 4 : n * 4 + 4])
+            out.append(
+                Transition(job_id, shard, JobState.SUCCEEDED, now, attempts, failures, expirations)
+                if ok
+                else None
+            )
+        return out
+
+    async def retry(
+        self, shard: int, now: int, nacks: Sequence[NackSpec], policy: RetryPolicy
+    ) -> list[Transition | None]:
+        k = ShardKeys(shard)
+        args: list[Any] = [now, policy.base_ms, policy.cap_ms, policy.jitter, int(policy.count_expirations)]
+        for n in nacks:
+            args += [n.id, n.token, n.final_reason, n.delay_ms, random.random()]
+        r = await self.scripts.retry(keys=[k.jobs, k.payloads, k.leased, k.delayed, k.counts], args=args)
+        out: list[Transition | None] = []
+        for i, n in enumerate(nacks):
+            outcome, run_at, attempts, failures, expirations, reason = r[i * 6 : i * 6 + 6]
+            if int(outcome) == 0:
+                out.append(None)
+                continue
+            out.append(
+                Transition(
+                    n.id, shard, _OUTCOMES[int(outcome)], int(run_at), int(attempts), int(failures),
+                    int(expirations), _s(reason),
+                )
+            )
+        return out
+
+    async def reap(
+        self, shard: int, epoch: int, now: int, limit: int, policy: RetryPolicy
+    ) -> tuple[list[Transition], int]:
+        """Expire overdue leases. Returns the transitions and the next deadline (-1: none)."""
+        k = ShardKeys(shard)
+        r = await self.scripts.reap_leases(
+            keys=[k.meta, k.jobs, k.payloads, k.leased, k.delayed, k.counts],
+            args=[epoch, now, limit, policy.base_ms, policy.cap_ms, policy.jitter,
+                  int(policy.count_expirations), random.random()],
+        )
+        _check_owner(r, shard)
+        out = []
+        for i in range(1, len(r), 6):
+            state = _OUTCOMES[int(r[i + 1])]
+            out.append(
+                Transition(
+                    _s(r[i]), shard, state, int(r[i + 2]), int(r[i + 3]), int(r[i + 4]), int(r[i + 5]),
+                    str(DeadReason.LEASE_EXPIRED) if state is JobState.DEAD else "",
+                )
+            )
+        return out, int(r[0])
+
+    # -- cancel, restore, cleanup ----------------------------------------------------
+
+    async def cancel(self, shard: int, job_id: str, job_type: str, priority: Priority) -> CancelOutcome:
+        k = ShardKeys(shard)
+        r = await self.scripts.cancel(
+            keys=[k.jobs, k.payloads, k.delayed, k.ready(job_type, priority), k.counts], args=[job_id]
+        )
+        return CancelOutcome(int(r[0]), _s(r[1]), _s(r[2]))
+
+    async def restore(self, shard: int, epoch: int, mode: str, jobs: Iterable[NewJob]) -> int:
+        k = ShardKeys(shard)
+        args: list[Any] = [epoch, mode]
+        for job in jobs:
+            args += [job.id, job.record.pack(), job.payload]
+        r = await self.scripts.restore_jobs(
+            keys=[k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.types], args=args
+        )
+        _check_owner(r, shard)
+        return int(r)
+
+    async def forget(self, shard: int, ids: Sequence[str]) -> int:
+        return int(await self.scripts.forget_jobs(keys=[ShardKeys(shard).jobs], args=list(ids)))
+
+    async def missing(self, shard: int, ids: Sequence[str]) -> list[str]:
+        r = await self.scripts.missing_jobs(keys=[ShardKeys(shard).jobs], args=list(ids))
+        return [_s(x) for x in r]
+
+    async def acquire(self, shard: int, epoch: int, owner: str, now: int) -> int:
+        """Returns 0 acquired, 1 acquired a shard Redis did not know (reconcile it); raises NotOwner."""
+        r = await self.scripts.acquire_shard(keys=[ShardKeys(shard).meta], args=[epoch, owner, now])
+        if int(r[0]) == -1:
+            raise NotOwner(f"shard {shard} already has epoch {_s(r[1])} >= {epoch}")
+        return int(r[0])
+
+    async def next_due(self, shard: int) -> int:
+        head = await self.redis.zrange(ShardKeys(shard).delayed, 0, 0, withscores=True)
+        return int(head[0][1]) if head else -1
+
+    async def counts(self, shard: int) -> dict[tuple[str, int, str], int]:
+        raw = await self.redis.hgetall(ShardKeys(shard).counts)
+        out = {}
+        for field, value in raw.items():
+            job_type, prio, state = _s(field).rsplit("|", 2)
+            out[(job_type, int(prio), state)] = int(value)
+        return out
+
+    async def oldest_ready(self, shard: int, job_type: str, priority: int) -> int:
+        """run_at of the oldest ready job of one queue, or 0."""
+        k = ShardKeys(shard)
+        head = await self.redis.zrange(k.ready(job_type, priority), 0, 0)
+        if not head:
+            return 0
+        raw = await self.redis.hget(k.jobs, head[0])
+        return JobRecord.unpack(raw).run_at_ms if raw else 0
+
+    async def record(self, shard: int, job_id: str) -> JobRecord | None:
+        raw = await self.redis.hget(ShardKeys(shard).jobs, job_id)
+        return JobRecord.unpack(raw) if raw else None

@@ -1,0 +1,64 @@
+"""Generate the gRPC/protobuf modules in dispatcher/_pb from proto/.
+
+Usage: python scripts/gen_proto.py [--check]
+
+protoc names sibling imports after the proto path (``from shardq.v1 import
+shardq_pb2``); they are rewritten to the package the code lives in, so nothing
+needs sys.path tricks. ``--check`` exits 1 when the committed code is stale.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from grpc_tools import protoc
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTO_ROOT = ROOT / "proto"
+OUT = ROOT / "dispatcher" / "_pb"
+PACKAGE = "dispatcher._pb"
+
+
+def generate() -> dict[str, str]:
+    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
+    grpc_include = Path(protoc.__file__).parent / "_proto"
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [
+            "protoc",
+            f"-I{PROTO_ROOT}",
+            f"-I{grpc_include}",
+            f"--python_out={tmp}",
+            f"--pyi_out={tmp}",
+            f"--grpc_python_out={tmp}",
+            *protos,
+        ]
+        if protoc.main(args) != 0:
+            raise SystemExit("protoc failed")
+        files: dict[str, str] = {}
+        for path in Path(tmp).rglob("*.py*"):
+            text = path.read_text()
+            text = re.sub(r"^from shardq\.v1 import ", f"from {PACKAGE} import ", text, flags=re.M)
+            files[path.name] = text
+        return files
+
+
+def main() -> int:
+    files = generate()
+    if "--check" in sys.argv:
+        stale = [n for n, t in files.items() if not (OUT / n).exists() or (OUT / n).read_text() != t]
+        if stale:
+            print(f"generated code is stale: {', '.join(sorted(stale))}; run python scripts/gen_proto.py")
+            return 1
+        return 0
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (OUT / name).write_text(text)
+    (OUT / "__init__.py").write_text('"""Generated protobuf and gRPC code: edit proto/, then run scripts/gen_proto.py."""\n')
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
