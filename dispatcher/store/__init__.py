@@ -1,0 +1,8 @@
+"""The durable store: the source of truth for job status (PostgreSQL or SQLite, one schema)."""
+
+from __future__ import annotations
+
+from .base import DeadFilter, JobRow, Store, StoreUpdate
+from .open import open_store
+
+__all__ = ["DeadFilter", "JobRow", "Store", "StoreUpdate", "open_store"]

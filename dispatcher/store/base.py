@@ -1,0 +1,293 @@
+"""SQL shared by both backends. Placeholders are written as ``?``; adapters translate them."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from ..clock import now_ms
+from ..errors import ConfigError
+
+COLUMNS = (
+    "id, type, shard, priority, payload, status, run_at, lease_until, attempts, failures, expirations, "
+    "max_attempts, lease_ttl_ms, idem_key, last_error, dead_reason, result, enqueued_at, started_at, "
+    "finished_at, updated_at"
+)
+ACTIVE_STATES = ("delayed", "ready", "leased")
+
+
+@dataclass(frozen=True)
+class JobRow:
+    id: str
+    type: str
+    shard: int
+    priority: int
+    payload: bytes
+    status: str
+    run_at: int
+    lease_until: int | None
+    attempts: int
+    failures: int
+    expirations: int
+    max_attempts: int
+    lease_ttl_ms: int
+    idem_key: str | None
+    last_error: str | None
+    dead_reason: str | None
+    result: bytes | None
+    enqueued_at: int
+    started_at: int | None
+    finished_at: int | None
+    updated_at: int
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> JobRow:
+        values = list(row)
+        values[4] = bytes(values[4])
+        if values[16] is not None:
+            values[16] = bytes(values[16])
+        return cls(*values)
+
+
+@dataclass(frozen=True)
+class StoreUpdate:
+    """A job's new status. None means "leave the column as it is" for the COALESCEd columns."""
+
+    id: str
+    status: str
+    run_at: int | None = None
+    lease_until: int | None = None
+    attempts: int | None = None
+    failures: int | None = None
+    expirations: int | None = None
+    last_error: str | None = None
+    dead_reason: str | None = None
+    result: bytes | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+
+    def merged_over(self, older: StoreUpdate) -> StoreUpdate:
+        """This (newer) update, keeping the older one's values where this leaves a column unchanged."""
+        keep = {
+            name: getattr(older, name)
+            for name in ("run_at", "attempts", "failures", "expirations", "last_error", "result", "started_at")
+            if getattr(self, name) is None
+        }
+        return StoreUpdate(**{**self.__dict__, **keep})
+
+
+@dataclass(frozen=True)
+class DeadFilter:
+    type: str = ""
+    reason: str = ""
+
+    def where(self) -> tuple[str, list[Any]]:
+        sql, params = "status = 'dead'", []
+        if self.type:
+            sql += " AND type = ?"
+            params.append(self.type)
+        if self.reason:
+            sql += " AND dead_reason = ?"
+            params.append(self.reason)
+        return sql, params
+
+
+class Tx(abc.ABC):
+    """One open transaction."""
+
+    @abc.abstractmethod
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    @abc.abstractmethod
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+
+
+_UPDATE = (
+    "UPDATE jobs SET status = ?, run_at = COALESCE(?, run_at), lease_until = ?, "
+    "attempts = COALESCE(?, attempts), failures = COALESCE(?, failures), "
+    "expirations = COALESCE(?, expirations), last_error = COALESCE(?, last_error), dead_reason = ?, "
+    "result = COALESCE(?, result), started_at = COALESCE(?, started_at), finished_at = ?, updated_at = ? "
+    "WHERE id = ?"
+)
+_INSERT = (
+    "INSERT INTO jobs (id, type, shard, priority, payload, status, run_at, max_attempts, lease_ttl_ms, "
+    "idem_key, enqueued_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+
+
+class Store(abc.ABC):
+    """Job rows and shard epochs. Every method is one transaction."""
+
+    url_for_logs: str = ""
+
+    @abc.abstractmethod
+    def transaction(self) -> AbstractAsyncContextManager[Tx]: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    # -- schema --------------------------------------------------------------------
+
+    async def migrate(self) -> list[str]:
+        """Apply the migrations not applied yet, in order. Returns their names."""
+        root = resources.files("dispatcher.store") / "migrations"
+        names = sorted(p.name for p in root.iterdir() if p.name.endswith(".sql"))
+        applied: list[str] = []
+        async with self.transaction() as tx:
+            await tx.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)"
+            )
+            done = {r[0] for r in await tx.execute("SELECT version FROM schema_migrations")}
+            for name in names:
+                if name in done:
+                    continue
+                for statement in _statements((root / name).read_text()):
+                    await tx.execute(statement)
+                await tx.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, now_ms()))
+                applied.append(name)
+        return applied
+
+    async def ensure_shard_count(self, shard_count: int) -> int:
+        """Record S when the cluster is created; a different S later is an error."""
+        async with self.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO cluster_meta (key, value) VALUES ('shard_count', ?) ON CONFLICT DO NOTHING",
+                (str(shard_count),),
+            )
+            rows = await tx.execute("SELECT value FROM cluster_meta WHERE key = 'shard_count'")
+        recorded = int(rows[0][0])
+        if recorded != shard_count:
+            raise ConfigError(
+                f"this cluster was created with {recorded} shards; the dispatcher was started with "
+                f"{shard_count} (set SHARDQ_SHARD_COUNT={recorded})"
+            )
+        return recorded
+
+    async def next_epochs(self, shards: Iterable[int], owner: str) -> dict[int, int]:
+        out = {}
+        async with self.transaction() as tx:
+            for shard in shards:
+                rows = await tx.execute(
+                    "INSERT INTO shards (shard, epoch, owner, updated_at) VALUES (?, 1, ?, ?) "
+                    "ON CONFLICT (shard) DO UPDATE SET epoch = shards.epoch + 1, owner = excluded.owner, "
+                    "updated_at = excluded.updated_at RETURNING epoch",
+                    (shard, owner, now_ms()),
+                )
+                out[shard] = int(rows[0][0])
+        return out
+
+    # -- jobs ----------------------------------------------------------------------
+
+    async def insert_jobs(self, rows: Sequence[JobRow]) -> list[tuple[str, bool]]:
+        """Insert new jobs in one transaction. Returns (id, created) in order: a job whose
+        idempotency key exists gets the existing job's id and created=False."""
+        async with self.transaction() as tx:
+            await tx.executemany(
+                _INSERT,
+                [
+                    (r.id, r.type, r.shard, r.priority, r.payload, r.status, r.run_at, r.max_attempts,
+                     r.lease_ttl_ms, r.idem_key, r.enqueued_at, r.updated_at)
+                    for r in rows
+                ],
+            )
+            keys = sorted({r.idem_key for r in rows if r.idem_key})
+            owner_of: dict[str, str] = {}
+            for i in range(0, len(keys), 500):
+                chunk = keys[i : i + 500]
+                marks = ", ".join("?" * len(chunk))
+                found = await tx.execute(f"SELECT idem_key, id FROM jobs WHERE idem_key IN ({marks})", chunk)
+                owner_of.update({k: v for k, v in found})
+        out = []
+        for r in rows:
+            if r.idem_key:
+                existing = owner_of[r.idem_key]
+                out.append((existing, existing == r.id))
+            else:
+                out.append((r.id, True))
+        return out
+
+    async def apply_updates(self, updates: Iterable[StoreUpdate]) -> None:
+        now = now_ms()
+        async with self.transaction() as tx:
+            await tx.executemany(
+                _UPDATE,
+                [
+                    (u.status, u.run_at, u.lease_until, u.attempts, u.failures, u.expirations, u.last_error,
+                     u.dead_reason, u.result, u.started_at, u.finished_at, now, u.id)
+                    for u in updates
+                ],
+            )
+
+    async def get_job(self, job_id: str) -> JobRow | None:
+        async with self.transaction() as tx:
+            rows = await tx.execute(f"SELECT {COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        return JobRow.from_row(rows[0]) if rows else None
+
+    async def get_jobs(self, ids: Sequence[str]) -> list[JobRow]:
+        out = []
+        async with self.transaction() as tx:
+            for i in range(0, len(ids), 500):
+                chunk = list(ids[i : i + 500])
+                marks = ", ".join("?" * len(chunk))
+                rows = await tx.execute(f"SELECT {COLUMNS} FROM jobs WHERE id IN ({marks})", chunk)
+                out += [JobRow.from_row(r) for r in rows]
+        return out
+
+    async def active_ids(self, shard: int) -> AsyncIterator[list[str]]:
+        """The ids of the shard's non-terminal jobs, in pages."""
+        after = ""
+        while True:
+            async with self.transaction() as tx:
+                rows = await tx.execute(
+                    "SELECT id FROM jobs WHERE shard = ? AND status IN ('delayed', 'ready', 'leased') "
+                    "AND id > ? ORDER BY id LIMIT 2000",
+                    (shard, after),
+                )
+            if not rows:
+                return
+            ids = [r[0] for r in rows]
+            yield ids
+            after = ids[-1]
+
+    async def list_dead(self, where: DeadFilter, limit: int, after_id: str = "") -> list[JobRow]:
+        sql, params = where.where()
+        async with self.transaction() as tx:
+            rows = await tx.execute(
+                f"SELECT {COLUMNS} FROM jobs WHERE {sql} AND id > ? ORDER BY id LIMIT ?", [*params, after_id, limit]
+            )
+        return [JobRow.from_row(r) for r in rows]
+
+    async def dead_counts(self) -> dict[tuple[str, int], int]:
+        async with self.transaction() as tx:
+            rows = await tx.execute(
+                "SELECT type, priority, COUNT(*) FROM jobs WHERE status = 'dead' GROUP BY type, priority"
+            )
+        return {(r[0], int(r[1])): int(r[2]) for r in rows}
+
+    async def purge_dead(self, where: DeadFilter) -> int:
+        sql, params = where.where()
+        async with self.transaction() as tx:
+            rows = await tx.execute(f"DELETE FROM jobs WHERE {sql} RETURNING id", params)
+        return len(rows)
+
+    async def set_cancelled(self, job_id: str) -> None:
+        """Cancel a job Redis does not hold (its row is the only copy)."""
+        async with self.transaction() as tx:
+            await tx.execute(
+                "UPDATE jobs SET status = 'cancelled', finished_at = ?, updated_at = ? WHERE id = ? "
+                "AND status IN ('delayed', 'ready', 'leased')",
+                (now_ms(), now_ms(), job_id),
+            )
+
+    async def ping(self) -> None:
+        async with self.transaction() as tx:
+            await tx.execute("SELECT 1")
+
+
+def _statements(script: str) -> list[str]:
+    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

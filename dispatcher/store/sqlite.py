@@ -1,0 +1,70 @@
+"""SQLite backend, the embedded default: one connection in its own thread, WAL, durable commits."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiosqlite
+
+from ..errors import StoreUnavailable
+from .base import Store, Tx
+
+
+class _SqliteTx(Tx):
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self.conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        async with self.conn.execute(sql, tuple(params)) as cur:
+            return [tuple(r) for r in await cur.fetchall()]
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        await self.conn.executemany(sql, rows)
+
+
+class SqliteStore(Store):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.url_for_logs = f"sqlite:///{path}"
+        self._conn: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()  # one transaction at a time on the one connection
+
+    async def open(self) -> None:
+        if self.path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
+        self._conn = await aiosqlite.connect(self.path, isolation_level=None, timeout=10)
+        await self._conn.execute("PRAGMA journal_mode=WAL")
+        # FULL: a commit is on disk before enqueue returns OK.
+        await self._conn.execute("PRAGMA synchronous=FULL")
+        await self._conn.execute("PRAGMA busy_timeout=10000")
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Tx]:
+        if self._conn is None:
+            raise StoreUnavailable("the SQLite store is closed")
+        async with self._lock:
+            try:
+                await self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise StoreUnavailable(f"database unavailable: {exc}") from exc
+            try:
+                yield _SqliteTx(self._conn)
+            except BaseException:
+                await self._conn.execute("ROLLBACK")
+                raise
+            try:
+                await self._conn.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                await self._conn.execute("ROLLBACK")
+                raise StoreUnavailable(f"database unavailable: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
