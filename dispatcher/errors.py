@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import grpc
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
 class DispatcherError(Exception):
@@ -32,6 +34,12 @@ class StoreUnavailable(DispatcherError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class Unavailable(DispatcherError):
+    """A dependency (Redis) is unavailable; try again."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
 class NotOwner(DispatcherError):
     """This process does not own the shard (its fencing epoch is stale or Redis lost the shard)."""
 
@@ -42,3 +50,7 @@ class ConfigError(DispatcherError):
     """The configuration is invalid."""
 
     code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+# Redis unreachable or restarting: loops back off and retry; RPCs answer UNAVAILABLE.
+REDIS_DOWN: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)

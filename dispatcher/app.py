@@ -1,0 +1,179 @@
+"""The Dispatcher: wires the store, the working set and the per-shard loops of one process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from .clock import now_ms
+from .config import Settings
+from .errors import REDIS_DOWN, ConfigError, NotOwner
+from .ingest import Ingestor
+from .keys import CLUSTER_KEY
+from .ownership import Ownership
+from .promoter import Promoter
+from .reaper import Reaper
+from .reconciler import Reconciler
+from .sessions import SessionRegistry, WorkerSession
+from .states import JobState
+from .status_writer import LEASE_EXPIRED_ERROR, StatusWriter, transition_update
+from .store import Store
+from .working_set import Grant, NewJob, Transition, WorkingSet
+
+log = structlog.get_logger("shardq.dispatcher")
+
+
+class Dispatcher:
+    def __init__(self, settings: Settings, redis: Any, store: Store, dispatcher_id: str | None = None) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.store = store
+        self.dispatcher_id = dispatcher_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.working_set = WorkingSet(redis)
+        self.writer = StatusWriter(store, self.working_set, settings.flush_interval_ms)
+        self.ownership = Ownership(self.dispatcher_id, store, self.working_set, self._on_acquired)
+        self.reconciler = Reconciler(store, self.working_set, self.writer)
+        self.sessions = SessionRegistry()
+        self.ingest = Ingestor(settings.shard_count, store, self.working_set, self.ownership,
+                               self._on_pushed, self._on_push_failed)
+        self.promoters: dict[int, Promoter] = {}
+        self.reapers: dict[int, Reaper] = {}
+        self.stopping = False
+        self.counters: Counter[str] = Counter()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._needs_reconcile: set[int] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        applied = await self.store.migrate()
+        if applied:
+            log.info("database migrated", applied=applied)
+        await self.store.ensure_shard_count(self.settings.shard_count)
+        await self._check_redis_shard_count()
+        self.writer.start()
+        self.ingest.commit.start()
+        await self.ownership.acquire(range(self.settings.shard_count))
+        self._tasks.append(asyncio.create_task(self._reconcile_loop(), name="reconcile"))
+        log.info("dispatcher started", id=self.dispatcher_id, shards=self.settings.shard_count)
+
+    async def stop(self) -> None:
+        """Stop leasing, tell workers to reconnect later (their leases stay valid), commit status."""
+        self.stopping = True
+        from ._pb import shardq_pb2 as pb
+
+        for session in self.sessions.all():
+            session.send(pb.DispatcherMessage(redirect=pb.Redirect(reason="dispatcher shutting down")))
+            session.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.ingest.commit.stop()
+        await self.writer.stop()
+        log.info("dispatcher stopped", id=self.dispatcher_id)
+
+    async def _check_redis_shard_count(self) -> None:
+        await self.redis.hsetnx(CLUSTER_KEY, "shard_count", self.settings.shard_count)
+        recorded = int(await self.redis.hget(CLUSTER_KEY, "shard_count"))
+        if recorded != self.settings.shard_count:
+            raise ConfigError(
+                f"Redis holds a cluster of {recorded} shards; this dispatcher has {self.settings.shard_count}"
+            )
+
+    async def _on_acquired(self, shard: int, epoch: int) -> None:
+        await self.reconciler.reconcile(shard, epoch)
+        if shard not in self.promoters:
+            self.promoters[shard] = Promoter(shard, self.working_set, self.ownership, self.sessions.notify_shard)
+            self.reapers[shard] = Reaper(shard, self.working_set, self.ownership, self.settings.retry,
+                                         self._on_expired)
+            self._tasks.append(asyncio.create_task(self.promoters[shard].run(), name=f"promote-{shard}"))
+            self._tasks.append(asyncio.create_task(self.reapers[shard].run(), name=f"reap-{shard}"))
+        else:
+            self.promoters[shard].wake()
+
+    async def _reconcile_loop(self) -> None:
+        last_full = asyncio.get_running_loop().time()
+        while True:
+            await asyncio.sleep(1.0)
+            full = asyncio.get_running_loop().time() - last_full >= self.settings.reconcile_interval_s
+            shards = set(self.ownership.epochs) if full else self._needs_reconcile & set(self.ownership.epochs)
+            if full:
+                last_full = asyncio.get_running_loop().time()
+            for shard in sorted(shards):
+                epoch = self.ownership.epochs.get(shard)
+                if epoch is None:
+                    continue
+                try:
+                    if await self.reconciler.reconcile(shard, epoch):
+                        self.promoters[shard].wake()
+                    self._needs_reconcile.discard(shard)
+                except NotOwner:
+                    await self.ownership.recover(shard, epoch)
+                except REDIS_DOWN:
+                    break  # Redis still down: try again next round
+                except Exception as exc:
+                    log.warning("reconcile failed", shard=shard, error=str(exc))
+                    break
+
+    # -- events from the loops and streams ------------------------------------------------
+
+    def _on_pushed(self, shard: int, placed: list[tuple[NewJob, int]]) -> None:
+        self.counters["enqueued"] += len(placed)
+        if any(p == 1 for _, p in placed):
+            self.sessions.notify_shard(shard)
+        delayed = [job.record.run_at_ms for job, p in placed if p == 2]
+        if delayed:
+            self.promoters[shard].wake(min(delayed))
+
+    def _on_push_failed(self, shard: int) -> None:
+        self._needs_reconcile.add(shard)
+
+    def _on_expired(self, transitions: list[Transition]) -> None:
+        now = now_ms()
+        for t in transitions:
+            holder = self.sessions.holders.get(t.id)
+            if holder is not None:
+                holder.forget(t.id)
+            self.writer.record(t.shard, transition_update(t, now, error=LEASE_EXPIRED_ERROR))
+            self.after_transition(t)
+            self.counters["expired"] += 1
+            self.metrics_finished(t)
+
+    def after_transition(self, t: Transition) -> None:
+        if t.state is JobState.DELAYED:
+            self.promoters[t.shard].wake(t.run_at_ms)
+
+    def metrics_leased(self, grants: Sequence[Grant]) -> None:
+        self.counters["leased"] += len(grants)
+
+    def metrics_finished(self, t: Transition) -> None:
+        self.counters[str(t.state)] += 1
+
+    async def close_session(self, session: WorkerSession) -> None:
+        """The stream ended. Unless we are shutting down (the worker will reclaim its leases from the
+        next process), its leases lapse after the reconnect grace unless it reconnects first."""
+        session.close()
+        self.sessions.remove(session)
+        if session.held and not self.stopping:
+            await self.release_leases([(job_id, token, shard) for job_id, (token, shard) in session.held.items()])
+        session.log.info("worker disconnected", held=len(session.held))
+
+    async def release_leases(self, refs: list[tuple[str, str, int]]) -> None:
+        until = now_ms() + self.settings.reconnect_grace_ms
+        by_shard: dict[int, list[tuple[str, str]]] = {}
+        for job_id, token, shard in refs:
+            by_shard.setdefault(shard, []).append((job_id, token))
+        for shard, pairs in by_shard.items():
+            try:
+                await self.working_set.shorten(shard, until, pairs)
+            except REDIS_DOWN:
+                continue  # the full TTL still bounds them
+            if shard in self.reapers:
+                self.reapers[shard].wake()

@@ -1,0 +1,137 @@
+"""The enqueue path: commit to the DB (group commit), then push to the shard's Redis queues.
+
+An enqueue is acknowledged only after its DB transaction commits. Concurrent
+enqueues share one transaction, so single-job enqueues from many clients cost one
+commit per batch rather than one each. When Redis cannot take the jobs after the
+commit they are still accepted: the reconciler pushes them once Redis is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+import structlog
+
+from shardmap import shard_for
+
+from .clock import now_ms
+from .errors import REDIS_DOWN, NotOwner
+from .ids import new_job_id
+from .ownership import Ownership
+from .records import JobRecord
+from .states import JobState, Priority
+from .store import JobRow, Store
+from .validation import ValidJob
+from .working_set import NewJob, WorkingSet
+
+log = structlog.get_logger("shardq.ingest")
+PUSH_CHUNK = 1000
+
+
+class GroupCommit:
+    """Insert rows from concurrent callers in shared transactions."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._queue: asyncio.Queue[tuple[Sequence[JobRow], asyncio.Future[list[tuple[str, bool]]]]] = (
+            asyncio.Queue()
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="group-commit")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def insert(self, rows: Sequence[JobRow]) -> list[tuple[str, bool]]:
+        future: asyncio.Future[list[tuple[str, bool]]] = asyncio.get_running_loop().create_future()
+        await self._queue.put((rows, future))
+        return await future
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while not self._queue.empty() and sum(len(r) for r, _ in batch) < 20_000:
+                batch.append(self._queue.get_nowait())
+            rows = [row for part, _ in batch for row in part]
+            try:
+                results = await self.store.insert_jobs(rows)
+            except Exception as exc:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            start = 0
+            for part, future in batch:
+                if not future.done():
+                    future.set_result(results[start : start + len(part)])
+                start += len(part)
+
+
+class Ingestor:
+    def __init__(
+        self,
+        shard_count: int,
+        store: Store,
+        working_set: WorkingSet,
+        ownership: Ownership,
+        on_pushed: Callable[[int, list[tuple[NewJob, int]]], None],
+        on_push_failed: Callable[[int], None],
+    ) -> None:
+        self.shard_count = shard_count
+        self.working_set = working_set
+        self.ownership = ownership
+        self.on_pushed = on_pushed  # (shard, [(job, 1 ready | 2 delayed)])
+        self.on_push_failed = on_push_failed  # (shard): reconcile it when Redis is back
+        self.commit = GroupCommit(store)
+
+    async def enqueue(self, jobs: Sequence[ValidJob], now: int) -> list[tuple[str, bool]]:
+        rows = [
+            JobRow(
+                id=new_job_id(), type=j.type, shard=shard_for(j.type, self.shard_count), priority=int(j.priority),
+                payload=j.payload, status=str(JobState.DELAYED if j.run_at_ms > now else JobState.READY),
+                run_at=j.run_at_ms, lease_until=None, attempts=0, failures=0, expirations=0,
+                max_attempts=j.max_attempts, lease_ttl_ms=j.lease_ttl_ms, idem_key=j.idempotency_key or None,
+                last_error=None, dead_reason=None, result=None, enqueued_at=now, started_at=None,
+                finished_at=None, updated_at=now,
+            )
+            for j in jobs
+        ]
+        results = await self.commit.insert(rows)
+        by_shard: dict[int, list[NewJob]] = defaultdict(list)
+        for row, (job_id, created) in zip(rows, results, strict=True):
+            if created:
+                record = JobRecord(
+                    type=row.type, priority=Priority(row.priority), state=JobState.DELAYED,
+                    run_at_ms=row.run_at, enqueued_at_ms=now, max_attempts=row.max_attempts,
+                    lease_ttl_ms=row.lease_ttl_ms, idempotency_key=row.idem_key or "",
+                )
+                by_shard[row.shard].append(NewJob(job_id, record, row.payload))
+        await asyncio.gather(*(self._push(shard, new) for shard, new in by_shard.items()))
+        return results
+
+    async def _push(self, shard: int, jobs: list[NewJob]) -> None:
+        for attempt in range(2):
+            epoch = self.ownership.epoch(shard)
+            try:
+                for i in range(0, len(jobs), PUSH_CHUNK):
+                    chunk = jobs[i : i + PUSH_CHUNK]
+                    placed = await self.working_set.enqueue(shard, epoch, now_ms(), chunk)
+                    self.on_pushed(shard, list(zip(chunk, placed, strict=True)))
+                return
+            except NotOwner:
+                # Redis lost the shard: recovery reconciles it from the DB, which has these rows.
+                if attempt == 0 and await self.ownership.recover(shard, epoch):
+                    continue
+                self.on_push_failed(shard)
+                return
+            except REDIS_DOWN as exc:
+                log.warning("enqueue committed but Redis is unavailable; the reconciler will push it",
+                            shard=shard, jobs=len(jobs), error=str(exc))
+                self.on_push_failed(shard)
+                return

@@ -1,0 +1,215 @@
+"""JobService: the client API (enqueue, inspect, cancel, stats, dead-letter queue)."""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+import structlog
+
+from shardmap import shard_for
+
+from . import PROTOCOL_VERSION, __version__, validation
+from ._pb import shardq_pb2 as pb
+from ._pb import shardq_pb2_grpc as pb_grpc
+from .clock import now_ms
+from .errors import REDIS_DOWN, DispatcherError, InvalidArgument, NotFound
+from .reconciler import record_from_row
+from .states import JobState, Priority
+from .status_writer import transition_update
+from .store import DeadFilter, JobRow, StoreUpdate
+from .working_set import NewJob, Transition
+
+if TYPE_CHECKING:
+    from .app import Dispatcher
+
+log = structlog.get_logger("shardq.job_service")
+R = TypeVar("R")
+_STATUS = {
+    "delayed": pb.JOB_STATUS_DELAYED, "ready": pb.JOB_STATUS_READY, "leased": pb.JOB_STATUS_LEASED,
+    "succeeded": pb.JOB_STATUS_SUCCEEDED, "dead": pb.JOB_STATUS_DEAD, "cancelled": pb.JOB_STATUS_CANCELLED,
+}
+MAX_LIST = 10_000
+
+
+def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """Map errors to gRPC status in one place."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> R:
+        try:
+            return await method(self, request, context)
+        except DispatcherError as exc:
+            await context.abort(exc.code, str(exc))
+        except REDIS_DOWN as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {exc}")
+        raise AssertionError("unreachable")
+
+    return wrapper
+
+
+class JobService(pb_grpc.JobServiceServicer):
+    def __init__(self, app: Dispatcher) -> None:
+        self.app = app
+        self.settings = app.settings
+
+    @rpc
+    async def Enqueue(self, request: pb.EnqueueRequest, context: Any) -> pb.EnqueueResponse:
+        now = now_ms()
+        job = validation.job_spec(request.job, "job", self.settings, now)
+        [(job_id, created)] = await self.app.ingest.enqueue([job], now)
+        return pb.EnqueueResponse(job_id=job_id, created=created)
+
+    @rpc
+    async def EnqueueMany(self, request: pb.EnqueueManyRequest, context: Any) -> pb.EnqueueManyResponse:
+        validation.batch_size(len(request.jobs), self.settings)
+        now = now_ms()
+        jobs = [validation.job_spec(spec, f"jobs[{i}]", self.settings, now) for i, spec in enumerate(request.jobs)]
+        results = await self.app.ingest.enqueue(jobs, now)
+        return pb.EnqueueManyResponse(job_ids=[r[0] for r in results], created=[r[1] for r in results])
+
+    @rpc
+    async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:
+        job_id = validation.job_id(request.job_id)
+        row = await self.app.store.get_job(job_id)
+        if row is None:
+            raise NotFound(f"no job {job_id}")
+        message = job_message(row)
+        # Redis holds the live state; the row may lag it by the write-behind interval.
+        record = await self.app.working_set.record(row.shard, job_id)
+        if record is not None:
+            message.status = _STATUS[str(record.state)]
+            message.attempts, message.failures = record.attempts, record.failures
+            message.expirations = record.expirations
+            message.lease_until_ms = record.deadline_ms if record.state is JobState.LEASED else 0
+            if record.state in (JobState.DELAYED, JobState.READY):
+                message.run_at_ms = record.run_at_ms
+        return message
+
+    @rpc
+    async def CancelJob(self, request: pb.CancelJobRequest, context: Any) -> pb.CancelJobResponse:
+        job_id = validation.job_id(request.job_id)
+        row = await self.app.store.get_job(job_id)
+        if row is None:
+            raise NotFound(f"no job {job_id}")
+        outcome = await self.app.working_set.cancel(row.shard, job_id, row.type, Priority(row.priority))
+        if outcome.code == 1:
+            self.app.writer.record(row.shard, transition_update(
+                Transition(job_id, row.shard, JobState.CANCELLED), now_ms()))
+            await self.app.writer.flush()
+            return pb.CancelJobResponse(status=pb.JOB_STATUS_CANCELLED)
+        if outcome.code == 2:
+            holder = self.app.sessions.holders.get(job_id)
+            if holder is not None:
+                ref = pb.LeaseRef(job_id=job_id, token=outcome.token, shard=row.shard)
+                holder.send(pb.DispatcherMessage(cancel=pb.Cancel(ref=ref)))
+            return pb.CancelJobResponse(status=pb.JOB_STATUS_LEASED)
+        if outcome.code == 3:
+            return pb.CancelJobResponse(status=_STATUS[outcome.state])
+        if row.status in ("succeeded", "dead", "cancelled"):
+            return pb.CancelJobResponse(status=_STATUS[row.status])
+        await self.app.store.set_cancelled(job_id)
+        return pb.CancelJobResponse(status=pb.JOB_STATUS_CANCELLED)
+
+    @rpc
+    async def Stats(self, request: pb.StatsRequest, context: Any) -> pb.StatsResponse:
+        queues: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        shards = sorted(self.app.ownership.epochs)
+        for shard in shards:
+            for (job_type, prio, state), n in (await self.app.working_set.counts(shard)).items():
+                queues[(job_type, prio)][state] += n
+        for (job_type, prio), n in (await self.app.store.dead_counts()).items():
+            queues[(job_type, prio)]["dead"] += n
+        now = now_ms()
+        out = []
+        for (job_type, prio), c in sorted(queues.items()):
+            oldest = 0
+            if c["ready"]:
+                ready_at = await self.app.working_set.oldest_ready(
+                    shard_for(job_type, self.settings.shard_count), job_type, prio)
+                oldest = max(0, now - ready_at) if ready_at else 0
+            out.append(pb.QueueStats(
+                type=job_type, priority=validation.priority_to_pb(prio), delayed=c["delayed"], ready=c["ready"],
+                leased=c["leased"], dead=c["dead"], oldest_ready_age_ms=oldest))
+        return pb.StatsResponse(queues=out)
+
+    @rpc
+    async def ListDead(self, request: pb.ListDeadRequest, context: Any) -> pb.ListDeadResponse:
+        where = self._filter(request.filter)
+        limit = request.limit or 100
+        if limit > MAX_LIST:
+            raise InvalidArgument(f"limit: at most {MAX_LIST}")
+        if request.after_id:
+            validation.job_id(request.after_id, "after_id")
+        await self.app.writer.flush()
+        rows = await self.app.store.list_dead(where, limit, request.after_id)
+        return pb.ListDeadResponse(jobs=[job_message(r) for r in rows])
+
+    @rpc
+    async def RequeueDead(self, request: pb.RequeueDeadRequest, context: Any) -> pb.RequeueDeadResponse:
+        if request.all == bool(request.job_ids):
+            raise InvalidArgument("give job_ids or all=true, not both and not neither")
+        ids = [validation.job_id(j, f"job_ids[{i}]") for i, j in enumerate(request.job_ids)]
+        if len(ids) > MAX_LIST:
+            raise InvalidArgument(f"job_ids: at most {MAX_LIST}")
+        where = self._filter(request.filter)
+        await self.app.writer.flush()
+        requeued = 0
+        after = ""
+        while True:
+            if ids:
+                rows = [r for r in await self.app.store.get_jobs(ids) if r.status == "dead"]
+            else:
+                rows = await self.app.store.list_dead(where, 1000, after)
+            if not rows:
+                break
+            requeued += await self._requeue(rows)
+            if ids:
+                break
+            after = rows[-1].id
+        return pb.RequeueDeadResponse(requeued=requeued)
+
+    async def _requeue(self, rows: list[JobRow]) -> int:
+        now = now_ms()
+        by_shard: dict[int, list[JobRow]] = defaultdict(list)
+        for r in rows:
+            by_shard[r.shard].append(r)
+        n = 0
+        for shard, group in by_shard.items():
+            jobs = [NewJob(r.id, record_from_row(r, now, requeue=True), r.payload) for r in group]
+            n += await self.app.working_set.restore(shard, self.app.ownership.epoch(shard), "requeue", jobs)
+            for r in group:
+                self.app.writer.record(shard, StoreUpdate(r.id, "delayed", run_at=now, failures=0, expirations=0))
+            self.app.promoters[shard].wake(now)
+        await self.app.writer.flush()
+        return n
+
+    @rpc
+    async def PurgeDead(self, request: pb.PurgeDeadRequest, context: Any) -> pb.PurgeDeadResponse:
+        where = self._filter(request.filter)
+        await self.app.writer.flush()
+        return pb.PurgeDeadResponse(purged=await self.app.store.purge_dead(where))
+
+    @rpc
+    async def GetVersion(self, request: pb.GetVersionRequest, context: Any) -> pb.GetVersionResponse:
+        return pb.GetVersionResponse(version=__version__, protocol=PROTOCOL_VERSION,
+                                     shard_count=self.settings.shard_count)
+
+    def _filter(self, f: pb.DeadFilter) -> DeadFilter:
+        job_type = validation.job_type(f.type, "filter.type") if f.type else ""
+        return DeadFilter(job_type, validation.dead_reason(f.reason, "filter.reason"))
+
+
+def job_message(row: JobRow) -> pb.Job:
+    reason = validation.REASON_TO_PB.get(row.dead_reason, 0) if row.dead_reason else 0  # type: ignore[call-overload]
+    return pb.Job(
+        id=row.id, type=row.type, priority=validation.priority_to_pb(row.priority), status=_STATUS[row.status],
+        payload=row.payload, run_at_ms=row.run_at, lease_until_ms=row.lease_until or 0, attempts=row.attempts,
+        failures=row.failures, expirations=row.expirations, max_attempts=row.max_attempts,
+        last_error=row.last_error or "", dead_reason=reason, idempotency_key=row.idem_key or "",
+        enqueued_at_ms=row.enqueued_at, started_at_ms=row.started_at or 0, finished_at_ms=row.finished_at or 0,
+        result=row.result or b"", shard=row.shard,
+    )

@@ -1,0 +1,94 @@
+"""Run one dispatcher process: Redis (or a private one), the store, the gRPC server, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from contextlib import AsyncExitStack
+from typing import Any
+
+import grpc
+import redis.asyncio as aioredis
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from ._pb import shardq_pb2_grpc as pb_grpc
+from .app import Dispatcher
+from .config import Settings
+from .embedded import EmbeddedRedis
+from .job_service import JobService
+from .store import open_store
+from .store.postgres import redact
+from .worker_service import WorkerService
+
+log = structlog.get_logger("shardq.server")
+MAX_MESSAGE_BYTES = 256 << 20  # a full batch of 10,000 jobs with payloads fits
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+class RunningDispatcher:
+    """A started dispatcher with its server; ``port`` is the bound gRPC port."""
+
+    def __init__(self, app: Dispatcher, server: grpc.aio.Server, port: int, health: health.aio.HealthServicer,
+                 stack: AsyncExitStack) -> None:
+        self.app, self.server, self.port, self.health, self._stack = app, server, port, health, stack
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.app.stop()
+        await self.server.stop(grace)
+        await self._stack.aclose()
+
+
+async def start_dispatcher(settings: Settings) -> RunningDispatcher:
+    stack = AsyncExitStack()
+    try:
+        redis_url = settings.redis_url
+        if not redis_url:
+            embedded = EmbeddedRedis()
+            await embedded.start()
+            stack.callback(embedded.stop)
+            redis_url = embedded.url
+        else:
+            log.info("using redis", url=redact(redis_url))
+        redis: Any = aioredis.Redis.from_url(redis_url, decode_responses=False, health_check_interval=10,
+                                            socket_keepalive=True, retry_on_timeout=True)
+        stack.push_async_callback(redis.aclose)
+        store = await open_store(settings.resolved_db_url())
+        stack.push_async_callback(store.close)
+        log.info("using database", url=store.url_for_logs, embedded=settings.db_url is None)
+        app = Dispatcher(settings, redis, store)
+        await app.start()
+        server = grpc.aio.server(options=GRPC_OPTIONS)
+        pb_grpc.add_JobServiceServicer_to_server(JobService(app), server)
+        pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(app), server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        port = server.add_insecure_port(settings.listen)
+        if port == 0:
+            raise OSError(f"cannot listen on {settings.listen}")
+        await server.start()
+        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        log.info("listening", address=settings.listen, port=port)
+        return RunningDispatcher(app, server, port, health_servicer, stack)
+    except BaseException:
+        await stack.aclose()
+        raise
+
+
+async def run_until_signalled(settings: Settings) -> None:
+    running = await start_dispatcher(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await running.stop()

@@ -1,0 +1,160 @@
+"""One WorkerSession per worker stream: credit, held leases, and the loop that leases to it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from shardmap import shard_for
+
+from ._pb import shardq_pb2 as pb
+from .clock import now_ms
+from .errors import REDIS_DOWN, DispatcherError, NotOwner
+from .fairness import FairPicker
+from .status_writer import lease_update
+from .validation import priority_to_pb
+from .working_set import Grant
+
+if TYPE_CHECKING:
+    from .app import Dispatcher
+
+log = structlog.get_logger("shardq.sessions")
+IDLE_RECHECK_S = 1.0  # re-poll even without a wake-up, for jobs made ready by other paths
+
+
+class WorkerSession:
+    def __init__(self, app: Dispatcher, worker_id: str, job_types: list[str], concurrency: int, peer: str) -> None:
+        self.app = app
+        self.worker_id = worker_id
+        self.job_types = job_types
+        self.concurrency = concurrency
+        self.peer = peer
+        self.credit = 0
+        self.held: dict[str, tuple[str, int]] = {}  # job id -> (token, shard)
+        self.outbox: asyncio.Queue[pb.DispatcherMessage | None] = asyncio.Queue()
+        self.wake = asyncio.Event()
+        self.draining = False
+        self.closed = False
+        self.error: DispatcherError | None = None  # why the dispatcher closed the stream
+        self.picker = FairPicker(app.settings.fairness)
+        self.types_by_shard: dict[int, list[str]] = defaultdict(list)
+        for t in job_types:
+            self.types_by_shard[shard_for(t, app.settings.shard_count)].append(t)
+        self._rotation = 0
+        self.log = log.bind(worker=worker_id, peer=peer)
+
+    def send(self, message: pb.DispatcherMessage) -> None:
+        if not self.closed:
+            self.outbox.put_nowait(message)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.outbox.put_nowait(None)
+            self.wake.set()
+
+    def add_credit(self, slots: int) -> None:
+        # Never more leases in flight than the declared concurrency.
+        self.credit = max(0, min(self.credit + slots, self.concurrency - len(self.held)))
+        self.wake.set()
+
+    def forget(self, job_id: str) -> None:
+        if self.held.pop(job_id, None) is not None:
+            self.app.sessions.holders.pop(job_id, None)
+
+    def hold(self, job_id: str, token: str, shard: int) -> None:
+        self.held[job_id] = (token, shard)
+        self.app.sessions.holders[job_id] = self
+
+    async def pump(self) -> None:
+        """Lease to this worker whenever it has credit and its shards have ready jobs."""
+        settings = self.app.settings
+        while not self.closed:
+            if self.credit <= 0 or self.draining or self.app.stopping:
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            granted = 0
+            shards = list(self.types_by_shard)
+            self._rotation = (self._rotation + 1) % max(1, len(shards))
+            for shard in shards[self._rotation :] + shards[: self._rotation]:
+                if self.credit <= 0 or self.closed:
+                    break
+                if not self.app.ownership.owns(shard):
+                    continue
+                granted += await self._lease_from(shard, min(self.credit, settings.lease_batch))
+            if granted == 0 and not self.closed:
+                self.wake.clear()
+                try:
+                    async with asyncio.timeout(IDLE_RECHECK_S):
+                        await self.wake.wait()
+                except TimeoutError:
+                    pass
+
+    async def _lease_from(self, shard: int, n: int) -> int:
+        epoch = self.app.ownership.epoch(shard)
+        now = now_ms()
+        try:
+            grants = await self.app.working_set.lease(
+                shard, epoch, now, self.types_by_shard[shard], self.picker.picks(n)
+            )
+        except NotOwner:
+            await self.app.ownership.recover(shard, epoch)
+            return 0
+        except REDIS_DOWN as exc:
+            self.log.warning("lease: redis unavailable", shard=shard, error=str(exc))
+            await asyncio.sleep(0.2)
+            return 0
+        if not grants:
+            return 0
+        if self.closed:
+            # The stream ended while we leased: let these leases lapse after the reconnect grace.
+            await self.app.release_leases([(g.id, g.token, g.shard) for g in grants])
+            return 0
+        self.credit -= len(grants)
+        for g in grants:
+            self.hold(g.id, g.token, g.shard)
+            self.app.writer.record(shard, lease_update(g, now))
+        self.send(pb.DispatcherMessage(leases=pb.Leases(leases=[_lease_message(g) for g in grants])))
+        self.app.metrics_leased(grants)
+        return len(grants)
+
+
+def _lease_message(g: Grant) -> pb.Lease:
+    return pb.Lease(
+        ref=pb.LeaseRef(job_id=g.id, token=g.token, shard=g.shard), type=g.type, payload=g.payload,
+        priority=priority_to_pb(g.priority), attempt=g.attempt, max_attempts=g.max_attempts,
+        deadline_ms=g.deadline_ms, lease_ttl_ms=g.lease_ttl_ms, idempotency_key=g.idempotency_key,
+        run_at_ms=g.run_at_ms, enqueued_at_ms=g.enqueued_at_ms,
+    )
+
+
+class SessionRegistry:
+    def __init__(self) -> None:
+        self.sessions: set[WorkerSession] = set()
+        self.by_shard: dict[int, set[WorkerSession]] = defaultdict(set)
+        self.holders: dict[str, WorkerSession] = {}  # job id -> session holding its lease
+
+    def add(self, session: WorkerSession) -> None:
+        self.sessions.add(session)
+        for shard in session.types_by_shard:
+            self.by_shard[shard].add(session)
+
+    def remove(self, session: WorkerSession) -> None:
+        self.sessions.discard(session)
+        for shard in session.types_by_shard:
+            self.by_shard[shard].discard(session)
+        for job_id in session.held:
+            if self.holders.get(job_id) is session:
+                del self.holders[job_id]
+
+    def notify_shard(self, shard: int) -> None:
+        for session in self.by_shard.get(shard, ()):
+            session.wake.set()
+
+    def all(self) -> Iterable[WorkerSession]:
+        return list(self.sessions)

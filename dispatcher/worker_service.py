@@ -1,0 +1,203 @@
+"""WorkerService.Connect: the bidirectional stream between one worker and this dispatcher."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import structlog
+
+from . import PROTOCOL_VERSION, validation
+from ._pb import shardq_pb2 as pb
+from ._pb import shardq_pb2_grpc as pb_grpc
+from .clock import now_ms
+from .errors import REDIS_DOWN, DispatcherError, InvalidArgument, Unavailable
+from .sessions import WorkerSession
+from .status_writer import transition_update
+from .working_set import NackSpec
+
+if TYPE_CHECKING:
+    from .app import Dispatcher
+
+log = structlog.get_logger("shardq.worker_service")
+HELLO_TIMEOUT_S = 10.0
+MAX_CONCURRENCY = 10_000
+MAX_WORKER_ID = 200
+MAX_ERROR_CHARS = 16_000
+
+
+class WorkerService(pb_grpc.WorkerServiceServicer):
+    def __init__(self, app: Dispatcher) -> None:
+        self.app = app
+
+    async def Connect(
+        self, request_iterator: AsyncIterator[pb.WorkerMessage], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.DispatcherMessage]:
+        if self.app.stopping:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "dispatcher is shutting down")
+        requests = request_iterator.__aiter__()
+        try:
+            async with asyncio.timeout(HELLO_TIMEOUT_S):
+                first = await requests.__anext__()
+        except (StopAsyncIteration, TimeoutError):
+            return
+        try:
+            session = await self._open(first, context.peer())
+        except DispatcherError as exc:
+            await context.abort(exc.code, str(exc))
+        reader = asyncio.create_task(self._read(session, requests), name=f"read-{session.worker_id}")
+        pump = asyncio.create_task(session.pump(), name=f"pump-{session.worker_id}")
+        try:
+            while True:
+                message = await session.outbox.get()
+                if message is None:
+                    break
+                yield message
+            if session.error is not None:
+                await context.abort(session.error.code, str(session.error))
+        finally:
+            reader.cancel()
+            pump.cancel()
+            await asyncio.gather(reader, pump, return_exceptions=True)
+            await self.app.close_session(session)
+
+    async def _open(self, first: pb.WorkerMessage, peer: str) -> WorkerSession:
+        if first.WhichOneof("msg") != "hello":
+            raise InvalidArgument("the first message on a worker stream must be hello")
+        hello = first.hello
+        if not hello.worker_id or len(hello.worker_id) > MAX_WORKER_ID:
+            raise InvalidArgument(f"hello.worker_id: must be 1..{MAX_WORKER_ID} characters")
+        if not hello.job_types:
+            raise InvalidArgument("hello.job_types: a worker must declare at least one job type")
+        types = sorted({validation.job_type(t, "hello.job_types[]") for t in hello.job_types})
+        if not 1 <= hello.concurrency <= MAX_CONCURRENCY:
+            raise InvalidArgument(f"hello.concurrency: must be in 1..{MAX_CONCURRENCY}")
+        refs = [validation.lease_ref(r, f"hello.held[{i}]", self.app.settings.shard_count)
+                for i, r in enumerate(hello.held)]
+        session = WorkerSession(self.app, hello.worker_id, types, hello.concurrency, peer)
+        self.app.sessions.add(session)
+        session.send(pb.DispatcherMessage(welcome=pb.Welcome(
+            dispatcher_id=self.app.dispatcher_id, protocol=PROTOCOL_VERSION,
+            heartbeat_interval_ms=max(100, self.app.settings.lease_ttl_ms // 3),
+        )))
+        if refs:
+            await self._extend(session, refs, reclaim=True)
+        session.log.info("worker connected", types=types, concurrency=hello.concurrency, reclaimed=len(session.held))
+        return session
+
+    async def _read(self, session: WorkerSession, requests: AsyncIterator[pb.WorkerMessage]) -> None:
+        shards = self.app.settings.shard_count
+        try:
+            async for message in requests:
+                kind = message.WhichOneof("msg")
+                if kind == "credit":
+                    session.add_credit(message.credit.slots)
+                elif kind == "heartbeat":
+                    refs = [validation.lease_ref(r, f"heartbeat.leases[{i}]", shards)
+                            for i, r in enumerate(message.heartbeat.leases)]
+                    await self._extend(session, refs, reclaim=False)
+                elif kind == "acks":
+                    await self._ack(session, message.acks)
+                elif kind == "nacks":
+                    await self._nack(session, message.nacks)
+                elif kind == "drain":
+                    session.draining = True
+                    session.log.info("worker draining")
+                elif kind == "hello":
+                    raise InvalidArgument("hello: sent twice on one stream")
+                else:
+                    raise InvalidArgument("empty or unknown worker message")
+        except DispatcherError as exc:
+            session.log.warning("closing worker stream", error=str(exc))
+            session.error = exc
+        except REDIS_DOWN as exc:
+            session.log.warning("closing worker stream: redis unavailable", error=str(exc))
+            session.error = Unavailable(f"redis unavailable: {exc}")
+        except (asyncio.CancelledError, grpc.aio.AioRpcError):
+            pass
+        session.close()
+
+    async def _extend(self, session: WorkerSession, refs: list[tuple[str, str, int]], *, reclaim: bool) -> None:
+        extended, rejected, cancels = [], [], []
+        now = now_ms()
+        for shard, group in _by_shard(refs).items():
+            results = await self.app.working_set.extend(shard, now, [(i, t) for i, t, _ in group])
+            for (job_id, token, _), deadline in zip(group, results, strict=True):
+                ref = pb.LeaseRef(job_id=job_id, token=token, shard=shard)
+                if deadline == 0:
+                    session.forget(job_id)
+                    rejected.append(pb.LeaseRejected(ref=ref, reason="lease no longer valid"))
+                    continue
+                if reclaim:
+                    session.hold(job_id, token, shard)
+                extended.append(pb.LeaseExtended(ref=ref, deadline_ms=abs(deadline)))
+                if deadline < 0:
+                    cancels.append(ref)
+        if extended:
+            session.send(pb.DispatcherMessage(extended=pb.LeasesExtended(leases=extended)))
+        if rejected:
+            session.send(pb.DispatcherMessage(rejected=pb.LeasesRejected(leases=rejected)))
+        for ref in cancels:
+            session.send(pb.DispatcherMessage(cancel=pb.Cancel(ref=ref)))
+
+    async def _ack(self, session: WorkerSession, acks: pb.Acks) -> None:
+        shards, limit = self.app.settings.shard_count, self.app.settings.max_result_bytes
+        items = []
+        for i, ack in enumerate(acks.acks):
+            job_id, token, shard = validation.lease_ref(ack.lease, f"acks[{i}].lease", shards)
+            result = ack.result or None
+            if result is not None and len(result) > limit:
+                session.log.warning("ack result over the limit dropped", job=job_id, size=len(result))
+                result = None
+            items.append((job_id, token, shard, result))
+        now = now_ms()
+        for shard, group in _by_shard(items).items():
+            results = await self.app.working_set.ack(shard, now, [(i, t) for i, t, *_ in group])
+            for (job_id, token, _, result), t in zip(group, results, strict=True):
+                session.forget(job_id)
+                if t is None:
+                    session.log.info("stale ack rejected", job=job_id, token=token)
+                    session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
+                    continue
+                self.app.writer.record(shard, transition_update(t, now, result=result))
+                self.app.metrics_finished(t)
+
+    async def _nack(self, session: WorkerSession, nacks: pb.Nacks) -> None:
+        shards = self.app.settings.shard_count
+        items = []
+        for i, nack in enumerate(nacks.nacks):
+            job_id, token, shard = validation.lease_ref(nack.lease, f"nacks[{i}].lease", shards)
+            delay = -1
+            if nack.HasField("retry_delay_ms"):
+                if not 0 <= nack.retry_delay_ms <= validation.MAX_HORIZON_MS:
+                    raise InvalidArgument(f"nacks[{i}].retry_delay_ms: out of range")
+                delay = nack.retry_delay_ms
+            reason = "no_handler" if nack.no_handler else ("" if nack.retryable else "not_retryable")
+            items.append((job_id, token, shard, NackSpec(job_id, token, reason, delay), nack.error[:MAX_ERROR_CHARS]))
+        now = now_ms()
+        for shard, group in _by_shard(items).items():
+            results = await self.app.working_set.retry(shard, now, [g[3] for g in group], self.app.settings.retry)
+            for (job_id, token, _, _, error), t in zip(group, results, strict=True):
+                session.forget(job_id)
+                if t is None:
+                    session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
+                    continue
+                self.app.writer.record(shard, transition_update(t, now, error=error or "error"))
+                self.app.after_transition(t)
+                self.app.metrics_finished(t)
+        session.wake.set()
+
+
+def _rejected(job_id: str, token: str, shard: int, reason: str) -> pb.DispatcherMessage:
+    ref = pb.LeaseRef(job_id=job_id, token=token, shard=shard)
+    return pb.DispatcherMessage(rejected=pb.LeasesRejected(leases=[pb.LeaseRejected(ref=ref, reason=reason)]))
+
+
+def _by_shard(items: list[Any]) -> dict[int, list[Any]]:
+    out: dict[int, list[Any]] = defaultdict(list)
+    for item in items:
+        out[item[2]].append(item)
+    return out

@@ -1,0 +1,23 @@
+"""shardq worker SDK: ``serve(handlers)`` runs handlers for jobs; ``Client`` enqueues them."""
+
+from __future__ import annotations
+
+from ._client import AsyncClient, Client
+from ._context import JobContext
+from ._errors import InvalidArgumentError, NotFoundError, Retry, ShardqError, SkipRetry, UnavailableError
+from ._worker import Handler, Worker, serve
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "Handler",
+    "InvalidArgumentError",
+    "JobContext",
+    "NotFoundError",
+    "Retry",
+    "ShardqError",
+    "SkipRetry",
+    "UnavailableError",
+    "Worker",
+    "serve",
+]

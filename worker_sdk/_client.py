@@ -1,0 +1,156 @@
+"""Clients for JobService: ``Client`` (blocking) and ``AsyncClient`` (asyncio)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import grpc
+
+from dispatcher._pb import shardq_pb2 as pb
+from dispatcher._pb import shardq_pb2_grpc as pb_grpc
+
+from ._convert import STATUS_NAMES, JobInfo, QueueStats, dead_filter, job_spec
+from ._errors import from_rpc_error
+
+DEFAULT_TARGET = "127.0.0.1:7070"
+CHANNEL_OPTIONS = [("grpc.max_send_message_length", 256 << 20), ("grpc.max_receive_message_length", 256 << 20)]
+
+
+def resolve_target(target: str | None) -> str:
+    return target or os.environ.get("SHARDQ_TARGET") or DEFAULT_TARGET
+
+
+def _specs(jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[pb.JobSpec]:
+    out = []
+    for job in jobs:
+        if isinstance(job, pb.JobSpec):
+            out.append(job)
+        else:
+            fields = dict(job)
+            out.append(job_spec(fields.pop("type"), fields.pop("payload", None), **fields))
+    return out
+
+
+class Client:
+    """Blocking client. ``enqueue`` returns once the job is committed to the dispatcher's database."""
+
+    def __init__(self, target: str | None = None, *, timeout: float = 30.0) -> None:
+        self.target = resolve_target(target)
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.JobServiceStub(self._channel)
+
+    def _call(self, method: str, request: Any) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def enqueue(self, job_type: str, payload: Any = None, **options: Any) -> str:
+        """Enqueue one job; returns its id (the existing job's id when the idempotency key exists).
+
+        Options: priority ("high", "default", "low"), run_at (aware datetime or epoch seconds), delay
+        (seconds or timedelta), max_attempts, lease_ttl (seconds), idempotency_key.
+        """
+        response = self._call("Enqueue", pb.EnqueueRequest(job=job_spec(job_type, payload, **options)))
+        return str(response.job_id)
+
+    def enqueue_many(self, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
+        """Enqueue a batch in one round trip (one DB transaction); each job is a dict of enqueue's
+        arguments with "type" and "payload" keys."""
+        response = self._call("EnqueueMany", pb.EnqueueManyRequest(jobs=_specs(jobs)))
+        return list(response.job_ids)
+
+    def get_job(self, job_id: str) -> JobInfo:
+        return JobInfo.from_pb(self._call("GetJob", pb.GetJobRequest(job_id=job_id)))
+
+    def cancel(self, job_id: str) -> str:
+        """Returns "cancelled" (it will never run), "leased" (running now; it will not be retried) or the
+        terminal status it already had."""
+        return STATUS_NAMES[self._call("CancelJob", pb.CancelJobRequest(job_id=job_id)).status]
+
+    def stats(self) -> list[QueueStats]:
+        return [QueueStats.from_pb(q) for q in self._call("Stats", pb.StatsRequest()).queues]
+
+    def dead_letters(self, *, job_type: str | None = None, reason: str | None = None, limit: int = 100,
+                     after_id: str = "") -> list[JobInfo]:
+        request = pb.ListDeadRequest(filter=dead_filter(job_type, reason), limit=limit, after_id=after_id)
+        return [JobInfo.from_pb(j) for j in self._call("ListDead", request).jobs]
+
+    def requeue_dead(self, job_ids: Iterable[str] = (), *, all: bool = False, job_type: str | None = None,
+                     reason: str | None = None) -> int:
+        request = pb.RequeueDeadRequest(job_ids=list(job_ids), all=all, filter=dead_filter(job_type, reason))
+        return int(self._call("RequeueDead", request).requeued)
+
+    def purge_dead(self, *, job_type: str | None = None, reason: str | None = None) -> int:
+        return int(self._call("PurgeDead", pb.PurgeDeadRequest(filter=dead_filter(job_type, reason))).purged)
+
+    def version(self) -> pb.GetVersionResponse:
+        return self._call("GetVersion", pb.GetVersionRequest())
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient:
+    """asyncio client with the same methods as ``Client``, awaited."""
+
+    def __init__(self, target: str | None = None, *, timeout: float = 30.0) -> None:
+        self.target = resolve_target(target)
+        self.timeout = timeout
+        self._channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.JobServiceStub(self._channel)
+
+    async def _call(self, method: str, request: Any) -> Any:
+        try:
+            return await getattr(self._stub, method)(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    async def enqueue(self, job_type: str, payload: Any = None, **options: Any) -> str:
+        response = await self._call("Enqueue", pb.EnqueueRequest(job=job_spec(job_type, payload, **options)))
+        return str(response.job_id)
+
+    async def enqueue_many(self, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
+        response = await self._call("EnqueueMany", pb.EnqueueManyRequest(jobs=_specs(jobs)))
+        return list(response.job_ids)
+
+    async def get_job(self, job_id: str) -> JobInfo:
+        return JobInfo.from_pb(await self._call("GetJob", pb.GetJobRequest(job_id=job_id)))
+
+    async def cancel(self, job_id: str) -> str:
+        return STATUS_NAMES[(await self._call("CancelJob", pb.CancelJobRequest(job_id=job_id))).status]
+
+    async def stats(self) -> list[QueueStats]:
+        return [QueueStats.from_pb(q) for q in (await self._call("Stats", pb.StatsRequest())).queues]
+
+    async def dead_letters(self, *, job_type: str | None = None, reason: str | None = None, limit: int = 100,
+                           after_id: str = "") -> list[JobInfo]:
+        request = pb.ListDeadRequest(filter=dead_filter(job_type, reason), limit=limit, after_id=after_id)
+        return [JobInfo.from_pb(j) for j in (await self._call("ListDead", request)).jobs]
+
+    async def requeue_dead(self, job_ids: Iterable[str] = (), *, all: bool = False, job_type: str | None = None,
+                           reason: str | None = None) -> int:
+        request = pb.RequeueDeadRequest(job_ids=list(job_ids), all=all, filter=dead_filter(job_type, reason))
+        return int((await self._call("RequeueDead", request)).requeued)
+
+    async def purge_dead(self, *, job_type: str | None = None, reason: str | None = None) -> int:
+        request = pb.PurgeDeadRequest(filter=dead_filter(job_type, reason))
+        return int((await self._call("PurgeDead", request)).purged)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,48 @@
+"""What a handler receives."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+
+@dataclass
+class JobContext:
+    """One execution of one job. Handlers must be idempotent: delivery is at-least-once."""
+
+    #: The job's id (stable across attempts).
+    job_id: str
+    #: The job type (the handler name).
+    type: str
+    #: The payload bytes, exactly as enqueued. ``json()`` decodes a JSON payload.
+    payload: bytes
+    #: 1 on the first lease; retries and re-deliveries after a crash count up.
+    attempt: int
+    max_attempts: int
+    #: Priority class: "high", "default" or "low".
+    priority: str
+    #: When the current lease ends unless heartbeats extend it (they are automatic).
+    deadline: datetime
+    #: The idempotency key given at enqueue, or "".
+    idempotency_key: str
+    #: The time the job was due to run.
+    run_at: datetime
+    #: The lease token: part of the fencing the dispatcher checks on ack.
+    token: str
+    shard: int
+    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def json(self) -> Any:
+        return json.loads(self.payload) if self.payload else None
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the job was cancelled, or its lease was lost: a sync handler should stop early."""
+        return self._cancelled.is_set()
+
+
+def ms_to_datetime(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)

@@ -1,0 +1,386 @@
+"""The worker: one bidirectional stream to the dispatcher, handlers run with bounded concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import random
+import signal
+import socket
+import traceback
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import structlog
+
+from dispatcher._pb import shardq_pb2 as pb
+from dispatcher._pb import shardq_pb2_grpc as pb_grpc
+
+from ._client import CHANNEL_OPTIONS, resolve_target
+from ._context import JobContext, ms_to_datetime
+from ._convert import PRIORITY_NAMES
+from ._errors import Retry, SkipRetry
+
+Handler = Callable[[JobContext], Any] | Callable[[JobContext], Awaitable[Any]]
+log = structlog.get_logger("shardq.worker")
+MAX_RESULT_BYTES = 64 << 10
+MAX_ERROR_CHARS = 16_000
+
+
+@dataclass
+class _Running:
+    ref: pb.LeaseRef
+    ctx: JobContext
+    ttl_ms: int
+    task: asyncio.Task[None] | None = None
+    lost: bool = False  # lease rejected: never ack it
+    cancelled_by_dispatcher: bool = False
+
+
+@dataclass
+class _Outbox:
+    acks: list[pb.Ack] = field(default_factory=list)
+    nacks: list[pb.Nack] = field(default_factory=list)
+
+
+class Worker:
+    """Serve handlers until shut down. Await it, use ``async with``, or call ``run()`` to block.
+
+    Args:
+        handlers: ``{job_type: callable}``; each is called with a :class:`JobContext`. Async callables run
+            on the event loop, plain ones in a thread pool. Return a value to ack (bytes, or anything JSON
+            can encode, stored as the job's result); raise to nack: :class:`Retry` for a chosen delay,
+            :class:`SkipRetry` to dead-letter at once, any other exception to retry with backoff.
+        target: dispatcher address; default ``SHARDQ_TARGET`` or 127.0.0.1:7070.
+        concurrency: most jobs running at once (and leases held).
+        job_timeout: seconds a handler may run before it is abandoned and the job retried (None: no limit).
+        shutdown_grace: seconds in-flight jobs get to finish on shutdown; what is left is nacked (retryable).
+        worker_id: stable id for this process, reused across reconnects so leases are reclaimed.
+    """
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        *,
+        target: str | None = None,
+        concurrency: int = 16,
+        job_timeout: float | None = None,
+        shutdown_grace: float = 30.0,
+        worker_id: str | None = None,
+        max_reconnect_delay: float = 5.0,
+        handle_signals: bool = True,
+    ) -> None:
+        if not handlers:
+            raise ValueError("handlers must name at least one job type")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.handlers = dict(handlers)
+        self.target = resolve_target(target)
+        self.concurrency = concurrency
+        self.job_timeout = job_timeout
+        self.shutdown_grace = shutdown_grace
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.max_reconnect_delay = max_reconnect_delay
+        self.handle_signals = handle_signals
+        self._running: dict[str, _Running] = {}
+        self._unsent = _Outbox()  # results not yet written to a stream
+        self._granted = 0  # credit granted on the current stream, not yet used by leases
+        self._wake_sender = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._connected = asyncio.Event()
+        self._draining = False
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="shardq-handler")
+        self._main: asyncio.Task[None] | None = None
+        self._heartbeat_ms = 20_000
+        self.completed = 0
+        self.log = log.bind(worker=self.worker_id)
+
+    # -- public lifecycle ---------------------------------------------------------------------
+
+    def __await__(self) -> Any:
+        return self.serve_forever().__await__()
+
+    async def __aenter__(self) -> Worker:
+        self._main = asyncio.create_task(self.serve_forever(), name="shardq-worker")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+        if self._main is not None:
+            await self._main
+
+    def run(self) -> None:
+        """Block until SIGTERM/SIGINT, then shut down gracefully."""
+        try:
+            import uvloop
+
+            uvloop.run(self.serve_forever())
+        except ImportError:  # pragma: no cover - uvloop is a dependency
+            asyncio.run(self.serve_forever())
+
+    async def wait_connected(self, timeout: float = 10.0) -> None:
+        async with asyncio.timeout(timeout):
+            await self._connected.wait()
+
+    async def shutdown(self, grace: float | None = None) -> None:
+        """Stop taking jobs, let in-flight ones finish within the grace, nack the rest. Idempotent."""
+        if grace is not None:
+            self.shutdown_grace = grace
+        self._stopping.set()
+        self._wake_sender.set()
+        await self._stopped.wait()
+
+    async def serve_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                try:
+                    loop.add_signal_handler(sig, self._stopping.set)
+                except (NotImplementedError, RuntimeError, ValueError):
+                    break  # not the main thread
+        connection = asyncio.create_task(self._connection_loop(), name="shardq-connection")
+        try:
+            await self._stopping.wait()
+            await self._drain()
+        finally:
+            connection.cancel()
+            await asyncio.gather(connection, return_exceptions=True)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._stopped.set()
+            self.log.info("worker stopped", completed=self.completed)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        self._draining = True
+        self._wake_sender.set()
+        self.log.info("worker draining", running=len(self._running), grace=self.shutdown_grace)
+        tasks = [r.task for r in self._running.values() if r.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self.shutdown_grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        # Give the results a moment to reach the dispatcher.
+        try:
+            async with asyncio.timeout(5.0):
+                while self._unsent.acks or self._unsent.nacks:
+                    self._wake_sender.set()
+                    await asyncio.sleep(0.01)
+        except TimeoutError:
+            self.log.warning("results not delivered before exit", acks=len(self._unsent.acks),
+                             nacks=len(self._unsent.nacks))
+
+    # -- connection --------------------------------------------------------------------------------
+
+    async def _connection_loop(self) -> None:
+        delay = 0.1
+        target = self.target
+        while not self._stopping.is_set() or self._running or self._unsent.acks or self._unsent.nacks:
+            redirect: str | None = None
+            try:
+                async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+                    redirect = await self._session(pb_grpc.WorkerServiceStub(channel))
+                delay = 0.1
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    self.log.error("dispatcher rejected this worker", error=exc.details())
+                    self._stopping.set()
+                    return
+                self.log.warning("stream to dispatcher failed", target=target, code=exc.code().name,
+                                 error=exc.details())
+            except (OSError, asyncio.TimeoutError) as exc:
+                self.log.warning("cannot reach dispatcher", target=target, error=str(exc))
+            finally:
+                self._connected.clear()
+            if redirect:
+                target = redirect
+                continue
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, self.max_reconnect_delay)
+
+    async def _session(self, stub: pb_grpc.WorkerServiceStub) -> str | None:
+        call = stub.Connect()
+        held = [r.ref for r in self._running.values() if not r.lost]
+        held += [a.lease for a in self._unsent.acks] + [n.lease for n in self._unsent.nacks]
+        await call.write(pb.WorkerMessage(hello=pb.Hello(
+            worker_id=self.worker_id, job_types=sorted(self.handlers), concurrency=self.concurrency, held=held)))
+        self._granted = 0
+        sender = asyncio.create_task(self._sender(call), name="shardq-sender")
+        heartbeat = asyncio.create_task(self._heartbeats(call), name="shardq-heartbeat")
+        try:
+            while True:
+                message = await call.read()
+                if message is grpc.aio.EOF:
+                    return None
+                kind = message.WhichOneof("msg")
+                if kind == "welcome":
+                    self._heartbeat_ms = message.welcome.heartbeat_interval_ms or self._heartbeat_ms
+                    self._connected.set()
+                    self._wake_sender.set()
+                    self.log.info("connected", dispatcher=message.welcome.dispatcher_id, reclaiming=len(held))
+                elif kind == "leases":
+                    self._granted -= len(message.leases.leases)
+                    for lease in message.leases.leases:
+                        self._start(lease)
+                elif kind == "rejected":
+                    for rejected in message.rejected.leases:
+                        self._lose(rejected.ref.job_id, rejected.reason)
+                elif kind == "cancel":
+                    running = self._running.get(message.cancel.ref.job_id)
+                    if running is not None and running.ref.token == message.cancel.ref.token:
+                        running.cancelled_by_dispatcher = True
+                        running.ctx._cancelled.set()
+                        if running.task is not None and inspect.iscoroutinefunction(self.handlers.get(running.ctx.type)):
+                            running.task.cancel()
+                elif kind == "redirect":
+                    self.log.info("redirected", target=message.redirect.target or "(same)",
+                                  reason=message.redirect.reason)
+                    return message.redirect.target or None
+        finally:
+            sender.cancel()
+            heartbeat.cancel()
+            await asyncio.gather(sender, heartbeat, return_exceptions=True)
+            call.cancel()
+
+    async def _sender(self, call: Any) -> None:
+        drained_sent = False
+        while True:
+            await self._wake_sender.wait()
+            self._wake_sender.clear()
+            if not self._connected.is_set():
+                continue
+            batch, self._unsent = self._unsent, _Outbox()
+            try:
+                if batch.acks:
+                    await call.write(pb.WorkerMessage(acks=pb.Acks(acks=batch.acks)))
+                if batch.nacks:
+                    await call.write(pb.WorkerMessage(nacks=pb.Nacks(nacks=batch.nacks)))
+                if self._draining:
+                    if not drained_sent:
+                        await call.write(pb.WorkerMessage(drain=pb.Drain()))
+                        drained_sent = True
+                    continue
+                # Results not yet written still hold their slot at the dispatcher.
+                unsent = len(self._unsent.acks) + len(self._unsent.nacks)
+                deficit = self.concurrency - len(self._running) - unsent - self._granted
+                if deficit > 0:
+                    self._granted += deficit
+                    await call.write(pb.WorkerMessage(credit=pb.Credit(slots=deficit)))
+            except BaseException:
+                # Not written: keep them for the next stream (they are reclaimed in its hello).
+                self._unsent.acks[:0] = batch.acks
+                self._unsent.nacks[:0] = batch.nacks
+                raise
+
+    async def _heartbeats(self, call: Any) -> None:
+        while True:
+            interval = self._heartbeat_ms
+            if self._running:
+                interval = min(interval, max(100, min(r.ttl_ms for r in self._running.values()) // 3))
+            await asyncio.sleep(interval / 1000)
+            refs = [r.ref for r in self._running.values() if not r.lost]
+            if refs and self._connected.is_set():
+                await call.write(pb.WorkerMessage(heartbeat=pb.Heartbeat(leases=refs)))
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    def _start(self, lease: pb.Lease) -> None:
+        ctx = JobContext(
+            job_id=lease.ref.job_id, type=lease.type, payload=lease.payload, attempt=lease.attempt,
+            max_attempts=lease.max_attempts, priority=PRIORITY_NAMES.get(lease.priority, "default"),
+            deadline=ms_to_datetime(lease.deadline_ms), idempotency_key=lease.idempotency_key,
+            run_at=ms_to_datetime(lease.run_at_ms), token=lease.ref.token, shard=lease.ref.shard,
+        )
+        running = _Running(ref=lease.ref, ctx=ctx, ttl_ms=lease.lease_ttl_ms)
+        self._running[ctx.job_id] = running
+        running.task = asyncio.create_task(self._execute(running), name=f"job-{ctx.job_id}")
+
+    def _lose(self, job_id: str, reason: str) -> None:
+        running = self._running.get(job_id)
+        if running is None:
+            return
+        self.log.warning("lease lost; the job's result will not be acked", job=job_id, reason=reason)
+        running.lost = True
+        running.ctx._cancelled.set()
+        handler = self.handlers.get(running.ctx.type)
+        if running.task is not None and handler is not None and inspect.iscoroutinefunction(handler):
+            running.task.cancel()
+
+    async def _execute(self, running: _Running) -> None:
+        ctx = running.ctx
+        handler = self.handlers.get(ctx.type)
+        outcome: pb.Ack | pb.Nack
+        try:
+            if handler is None:
+                outcome = pb.Nack(lease=running.ref, error=f"no handler for {ctx.type!r}", no_handler=True)
+            else:
+                result = await self._invoke(handler, ctx)
+                outcome = pb.Ack(lease=running.ref, result=_encode_result(result))
+        except Retry as exc:
+            outcome = pb.Nack(lease=running.ref, error=str(exc), retryable=True)
+            if exc.delay is not None:
+                outcome.retry_delay_ms = max(0, int(exc.delay * 1000))
+        except SkipRetry as exc:
+            outcome = pb.Nack(lease=running.ref, error=_describe(exc), retryable=False)
+        except TimeoutError:
+            outcome = pb.Nack(lease=running.ref, error=f"timed out after {self.job_timeout} s", retryable=True)
+        except asyncio.CancelledError:
+            if running.cancelled_by_dispatcher:
+                outcome = pb.Nack(lease=running.ref, error="cancelled", retryable=False)
+            else:
+                outcome = pb.Nack(lease=running.ref, error="worker shut down before the job finished",
+                                  retryable=True, retry_delay_ms=0)
+        except Exception as exc:
+            outcome = pb.Nack(lease=running.ref, error=_describe(exc), retryable=True)
+        finally:
+            self._running.pop(ctx.job_id, None)
+        if running.lost:
+            self._wake_sender.set()
+            return
+        if isinstance(outcome, pb.Ack):
+            self._unsent.acks.append(outcome)
+            self.completed += 1
+        else:
+            self._unsent.nacks.append(outcome)
+        self._wake_sender.set()
+
+    async def _invoke(self, handler: Handler, ctx: JobContext) -> Any:
+        if inspect.iscoroutinefunction(handler):
+            coro = handler(ctx)
+        else:
+            coro = asyncio.get_running_loop().run_in_executor(self._pool, handler, ctx)
+        if self.job_timeout is None:
+            return await coro
+        async with asyncio.timeout(self.job_timeout):
+            return await coro
+
+
+def _encode_result(result: Any) -> bytes:
+    if result is None:
+        return b""
+    data = bytes(result) if isinstance(result, bytes | bytearray) else json.dumps(result).encode()
+    if len(data) > MAX_RESULT_BYTES:
+        raise ValueError(f"handler result is {len(data)} bytes; the limit is {MAX_RESULT_BYTES}")
+    return data
+
+
+def _describe(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    return text[-MAX_ERROR_CHARS:]
+
+
+def serve(handlers: Mapping[str, Handler], **options: Any) -> Worker:
+    """Create a worker for ``handlers`` (see :class:`Worker` for options).
+
+    ``await serve(handlers)`` runs it until SIGTERM/SIGINT; ``serve(handlers).run()`` does the same from
+    synchronous code; ``async with serve(handlers) as worker:`` runs it in the background.
+    """
+    return Worker(handlers, **options)
