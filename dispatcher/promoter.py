@@ -41,6 +41,7 @@ class Promoter:
         backoff = 0.05
         while True:
             epoch = self.ownership.epoch(self.shard)
+            self._wake.clear()  # before looking, so a wake-up during the call is not lost
             try:
                 promoted, next_due = await self.working_set.promote_due(self.shard, epoch, now_ms(), BATCH)
                 backoff = 0.05
@@ -60,7 +61,6 @@ class Promoter:
                     continue
             self._next_due = next_due
             delay = IDLE_RECHECK_S if next_due < 0 else max(0.0, (next_due - now_ms()) / 1000)
-            self._wake.clear()
             try:
                 async with asyncio.timeout(min(delay, IDLE_RECHECK_S)):
                     await self._wake.wait()

@@ -36,6 +36,7 @@ class Reaper:
         backoff = 0.05
         while True:
             epoch = self.ownership.epoch(self.shard)
+            self._wake.clear()  # before looking, so a wake-up during the call is not lost
             try:
                 expired, next_deadline = await self.working_set.reap(
                     self.shard, epoch, now_ms(), BATCH, self.policy
@@ -58,7 +59,6 @@ class Reaper:
                 if len(expired) >= BATCH:
                     continue
             delay = MAX_SLEEP_S if next_deadline < 0 else max(0.0, (next_deadline - now_ms()) / 1000)
-            self._wake.clear()
             try:
                 async with asyncio.timeout(min(delay, MAX_SLEEP_S)):
                     await self._wake.wait()

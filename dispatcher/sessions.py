@@ -15,6 +15,7 @@ from ._pb import shardq_pb2 as pb
 from .clock import now_ms
 from .errors import REDIS_DOWN, DispatcherError, NotOwner
 from .fairness import FairPicker
+from .states import Priority
 from .status_writer import lease_update
 from .validation import priority_to_pb
 from .working_set import Grant
@@ -74,54 +75,64 @@ class WorkerSession:
         """Lease to this worker whenever it has credit and its shards have ready jobs."""
         settings = self.app.settings
         while not self.closed:
+            self.wake.clear()  # before looking, so a wake-up during the lease round is not lost
             if self.credit <= 0 or self.draining or self.app.stopping:
-                self.wake.clear()
                 await self.wake.wait()
                 continue
-            granted = 0
-            shards = list(self.types_by_shard)
-            self._rotation = (self._rotation + 1) % max(1, len(shards))
-            for shard in shards[self._rotation :] + shards[: self._rotation]:
-                if self.credit <= 0 or self.closed:
-                    break
-                if not self.app.ownership.owns(shard):
-                    continue
-                granted += await self._lease_from(shard, min(self.credit, settings.lease_batch))
+            granted = await self._lease_round(min(self.credit, settings.lease_batch))
             if granted == 0 and not self.closed:
-                self.wake.clear()
                 try:
                     async with asyncio.timeout(IDLE_RECHECK_S):
                         await self.wake.wait()
                 except TimeoutError:
                     pass
 
-    async def _lease_from(self, shard: int, n: int) -> int:
+    async def _lease_round(self, n: int) -> int:
+        """Lease up to n jobs across this worker's shards, honouring the class picks across all of them:
+        first every shard serves only the classes picked, then leftovers fall back to any class."""
+        picks = self.picker.picks(n)
+        shards = [s for s in self.types_by_shard if self.app.ownership.owns(s)]
+        if not shards:
+            return 0
+        self._rotation = (self._rotation + 1) % len(shards)
+        shards = shards[self._rotation :] + shards[: self._rotation]
+        granted = 0
+        passes = [True] if len(shards) == 1 else [False, True]
+        for fallback in passes:
+            for shard in shards:
+                if not picks or self.closed:
+                    return granted
+                got, picks = await self._lease_from(shard, picks, fallback)
+                granted += got
+        return granted
+
+    async def _lease_from(self, shard: int, picks: list[Priority], fallback: bool) -> tuple[int, list[Priority]]:
         epoch = self.app.ownership.epoch(shard)
         now = now_ms()
         try:
-            grants = await self.app.working_set.lease(
-                shard, epoch, now, self.types_by_shard[shard], self.picker.picks(n)
+            grants, unfilled = await self.app.working_set.lease(
+                shard, epoch, now, self.types_by_shard[shard], picks, fallback=fallback
             )
         except NotOwner:
             await self.app.ownership.recover(shard, epoch)
-            return 0
+            return 0, picks
         except REDIS_DOWN as exc:
             self.log.warning("lease: redis unavailable", shard=shard, error=str(exc))
             await asyncio.sleep(0.2)
-            return 0
+            return 0, picks
         if not grants:
-            return 0
+            return 0, unfilled
         if self.closed:
             # The stream ended while we leased: let these leases lapse after the reconnect grace.
             await self.app.release_leases([(g.id, g.token, g.shard) for g in grants])
-            return 0
+            return 0, []
         self.credit -= len(grants)
         for g in grants:
             self.hold(g.id, g.token, g.shard)
             self.app.writer.record(shard, lease_update(g, now))
         self.send(pb.DispatcherMessage(leases=pb.Leases(leases=[_lease_message(g) for g in grants])))
         self.app.metrics_leased(grants)
-        return len(grants)
+        return len(grants), unfilled
 
 
 def _lease_message(g: Grant) -> pb.Lease:

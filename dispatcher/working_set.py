@@ -123,17 +123,20 @@ class WorkingSet:
     # -- leases ------------------------------------------------------------------
 
     async def lease(
-        self, shard: int, epoch: int, now: int, job_types: Sequence[str], picks: Sequence[int]
-    ) -> list[Grant]:
+        self, shard: int, epoch: int, now: int, job_types: Sequence[str], picks: Sequence[int],
+        *, fallback: bool = True,
+    ) -> tuple[list[Grant], list[Priority]]:
+        """Lease one job per pick. Returns the grants and the picks left unfilled."""
         k = ShardKeys(shard)
         keys = [k.meta, k.jobs, k.payloads, k.leased, k.counts, k.seq]
         keys += [k.ready(t, c) for c in Priority for t in job_types]
         result = await self.scripts.lease(
-            keys=keys, args=[epoch, now, len(job_types), "".join(str(int(c)) for c in picks)]
+            keys=keys, args=[epoch, now, len(job_types), "".join(str(int(c)) for c in picks), int(fallback)]
         )
         _check_owner(result, shard)
+        unfilled = [Priority(int(c)) for c in _s(result[-1])]
         grants = []
-        for i in range(0, len(result), 12):
+        for i in range(0, len(result) - 1, 12):
             r = result[i : i + 12]
             grants.append(
                 Grant(
@@ -152,7 +155,7 @@ class WorkingSet:
                     payload=r[11] if isinstance(r[11], bytes) else _s(r[11]).encode(),
                 )
             )
-        return grants
+        return grants, unfilled
 
     async def extend(self, shard: int, now: int, refs: Sequence[tuple[str, str]]) -> list[int]:
         """Per (id, token): new deadline, 0 if rejected, negative deadline if cancel was requested."""

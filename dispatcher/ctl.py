@@ -1,0 +1,198 @@
+"""``dispatcherctl``: enqueue, inspect and operate a shardq cluster from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from worker_sdk import Client, ShardqError
+from worker_sdk._convert import REASONS
+
+
+class UsageError(Exception):
+    pass
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def _time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds") if ms else "-"
+
+
+def _payload_arg(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--payload is not valid JSON: {exc.msg} at position {exc.pos}") from None
+
+
+def _at_arg(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--at {text!r} is not an ISO 8601 time (e.g. 2026-12-24T18:00:00+01:00)") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def cmd_enqueue(client: Client, args: argparse.Namespace) -> Any:
+    if args.delay is not None and args.at is not None:
+        raise UsageError("give --delay or --at, not both")
+    options: dict[str, Any] = {"priority": args.priority}
+    if args.delay is not None:
+        if args.delay < 0:
+            raise UsageError("--delay must not be negative")
+        options["delay"] = args.delay
+    if args.at is not None:
+        options["run_at"] = _at_arg(args.at)
+    if args.max_attempts is not None:
+        options["max_attempts"] = args.max_attempts
+    if args.key:
+        options["idempotency_key"] = args.key
+    if args.lease_ttl is not None:
+        options["lease_ttl"] = args.lease_ttl
+    job_id = client.enqueue(args.type, _payload_arg(args.payload), **options)
+    return {"job_id": job_id}, job_id
+
+
+def _job_rows(job: Any) -> list[tuple[str, Any]]:
+    return [
+        ("id", job.id), ("type", job.type), ("status", job.status), ("priority", job.priority),
+        ("attempts", f"{job.attempts} (failures {job.failures}, expirations {job.expirations}) of "
+                     f"{job.max_attempts}"),
+        ("run_at", _time(job.run_at_ms)), ("enqueued_at", _time(job.enqueued_at_ms)),
+        ("started_at", _time(job.started_at_ms)), ("finished_at", _time(job.finished_at_ms)),
+        ("lease_until", _time(job.lease_until_ms)), ("dead_reason", job.dead_reason or "-"),
+        ("idempotency_key", job.idempotency_key or "-"), ("shard", job.shard),
+        ("payload", job.payload.decode(errors="replace") or "-"),
+        ("last_error", (job.last_error or "-").strip().splitlines()[-1] if job.last_error else "-"),
+    ]
+
+
+def _job_json(job: Any) -> dict[str, Any]:
+    data = asdict(job)
+    data["payload"] = job.payload.decode(errors="replace")
+    data["result"] = job.result.decode(errors="replace")
+    return data
+
+
+def cmd_job_show(client: Client, args: argparse.Namespace) -> Any:
+    job = client.get_job(args.id)
+    return _job_json(job), table(["field", "value"], _job_rows(job))
+
+
+def cmd_job_cancel(client: Client, args: argparse.Namespace) -> Any:
+    status = client.cancel(args.id)
+    text = {"cancelled": f"{args.id} cancelled: it will not run",
+            "leased": f"{args.id} is running: asked the worker to stop; it will not be retried"}.get(
+        status, f"{args.id} had already finished ({status})")
+    return {"job_id": args.id, "status": status}, text
+
+
+def cmd_stats(client: Client, args: argparse.Namespace) -> Any:
+    stats = client.stats()
+    rows = [(q.type, q.priority, q.delayed, q.ready, q.leased, q.dead, f"{q.oldest_ready_age_ms / 1000:.1f}s")
+            for q in stats]
+    text = table(["type", "priority", "delayed", "ready", "leased", "dead", "oldest_ready"], rows) if rows \
+        else "no jobs pending"
+    return [asdict(q) for q in stats], text
+
+
+def cmd_dlq_list(client: Client, args: argparse.Namespace) -> Any:
+    jobs = client.dead_letters(job_type=args.type, reason=args.reason, limit=args.limit)
+    rows = [(j.id, j.type, j.dead_reason, j.attempts, _time(j.finished_at_ms),
+             (j.last_error.strip().splitlines() or ["-"])[-1][:80]) for j in jobs]
+    text = table(["id", "type", "reason", "attempts", "dead_at", "last_error"], rows) if rows \
+        else "the dead-letter queue is empty"
+    return [_job_json(j) for j in jobs], text
+
+
+def cmd_dlq_requeue(client: Client, args: argparse.Namespace) -> Any:
+    if bool(args.ids) == args.all:
+        raise UsageError("give job ids or --all")
+    n = client.requeue_dead(args.ids, all=args.all, job_type=args.type, reason=args.reason)
+    return {"requeued": n}, f"requeued {n} job(s)"
+
+
+def cmd_dlq_purge(client: Client, args: argparse.Namespace) -> Any:
+    n = client.purge_dead(job_type=args.type, reason=args.reason)
+    return {"purged": n}, f"purged {n} job(s)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dispatcherctl", description="operate a shardq dispatcher")
+    parser.add_argument("--target", help="dispatcher address (env SHARDQ_TARGET, default 127.0.0.1:7070)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the dispatcher")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("enqueue", help="enqueue a job and print its id")
+    p.add_argument("type")
+    p.add_argument("--payload", help="JSON payload")
+    p.add_argument("--delay", type=float, help="seconds from now")
+    p.add_argument("--at", help="ISO 8601 time to run at")
+    p.add_argument("--priority", choices=["high", "default", "low"], default="default")
+    p.add_argument("--max-attempts", type=int)
+    p.add_argument("--lease-ttl", type=float, help="lease TTL in seconds")
+    p.add_argument("--key", help="idempotency key")
+    p.set_defaults(func=cmd_enqueue)
+
+    job = sub.add_parser("job", help="inspect or cancel one job").add_subparsers(dest="job_command", required=True)
+    p = job.add_parser("show")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_job_show)
+    p = job.add_parser("cancel")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_job_cancel)
+
+    p = sub.add_parser("stats", help="queue depth per type and priority")
+    p.set_defaults(func=cmd_stats)
+
+    dlq = sub.add_parser("dlq", help="the dead-letter queue").add_subparsers(dest="dlq_command", required=True)
+    for name, func, help_text in (("list", cmd_dlq_list, "list dead jobs"),
+                                  ("requeue", cmd_dlq_requeue, "run dead jobs again"),
+                                  ("purge", cmd_dlq_purge, "delete dead jobs")):
+        p = dlq.add_parser(name, help=help_text)
+        p.add_argument("--type", help="only this job type")
+        p.add_argument("--reason", choices=sorted(REASONS), help="only this reason")
+        if name == "list":
+            p.add_argument("--limit", type=int, default=100)
+        if name == "requeue":
+            p.add_argument("ids", nargs="*")
+            p.add_argument("--all", action="store_true", help="every dead job matching the filters")
+        p.set_defaults(func=func)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        with Client(args.target, timeout=args.timeout) as client:
+            data, text = args.func(client, args)
+    except UsageError as exc:
+        print(f"dispatcherctl: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"dispatcherctl: {exc}", file=sys.stderr)
+        return 2
+    except ShardqError as exc:
+        print(f"dispatcherctl: {exc.code.name.lower().replace('_', ' ')}: {exc.details}", file=sys.stderr)
+        return 1
+    print(json.dumps(data, indent=2) if args.json else text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

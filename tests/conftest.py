@@ -1,0 +1,98 @@
+"""Shared fixtures: real Redis servers, SQLite and PostgreSQL databases, uvloop for every async test.
+
+Fixtures
+--------
+redis_server   (session)  one RedisServer for the whole run
+redis_url      (function) that server's URL, FLUSHALLed before the test
+private_redis  (function) a RedisServer of the test's own, for tests that kill or restart Redis
+pg_admin_url   (session)  SHARDQ_TEST_PG_URL, or the local default server, or None
+db_url         (function) parametrized [sqlite] and [postgres]: a fresh, empty database URL
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvloop
+
+from tests.support import postgres
+from tests.support.redis_server import RedisServer
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], Any]]:
+    """Every async test and fixture runs on uvloop (pytest-asyncio >= 1.5 hook)."""
+    return {"uvloop": uvloop.new_event_loop}
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+# -- Redis ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One redis-server for the session. Tests that stop or kill Redis use ``private_redis``."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """``redis://127.0.0.1:PORT/0`` of the session server, emptied (FLUSHALL) before the test."""
+    if not redis_server.is_running():  # a test stopped the shared server: bring it back
+        redis_server.start()
+    with redis_server.client() as client:
+        client.flushall()
+    return redis_server.url
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A running RedisServer of this test's own (``.kill()``, ``.restart()`` freely); stopped after."""
+    server = RedisServer(tmp_path / "private-redis")
+    server.start()
+    yield server
+    server.stop()
+
+
+# -- Databases -----------------------------------------------------------------------
+
+
+@functools.cache
+def _pg_admin() -> tuple[str | None, str]:
+    return postgres.admin_url()
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> str | None:
+    """The admin database URL tests create their databases from, or None when there is no server."""
+    return _pg_admin()[0]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database: ``sqlite:///<tmp_path>/shardq.sqlite3``, or a new PostgreSQL
+    database (dropped after the test). Without PostgreSQL the [postgres] case skips, or fails
+    when CI is set."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/shardq.sqlite3"
+        return
+    admin = request.getfixturevalue("pg_admin_url")
+    if admin is None:
+        why = _pg_admin()[1]
+        if _in_ci():
+            pytest.fail(f"CI needs PostgreSQL: {why}", pytrace=False)
+        pytest.skip(why)
+    with postgres.TempDatabase(admin) as url:
+        yield url

@@ -1,0 +1,1 @@
+"""Test helpers: real Redis and PostgreSQL servers, free ports, polling waits."""
