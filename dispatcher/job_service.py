@@ -74,6 +74,8 @@ class JobService(pb_grpc.JobServiceServicer):
     @rpc
     async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:
         job_id = validation.job_id(request.job_id)
+        if self.app.writer.is_pending(job_id):
+            await self.app.writer.flush()
         row = await self.app.store.get_job(job_id)
         if row is None:
             raise NotFound(f"no job {job_id}")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .app import Dispatcher
 
 log = structlog.get_logger("shardq.sessions")
-IDLE_RECHECK_S = 1.0  # re-poll even without a wake-up, for jobs made ready by other paths
+IDLE_RECHECK_S = 2.0  # re-poll even without a wake-up, for jobs made ready by other paths
 
 
 class WorkerSession:
@@ -88,22 +88,38 @@ class WorkerSession:
                     pass
 
     async def _lease_round(self, n: int) -> int:
-        """Lease up to n jobs across this worker's shards, honouring the class picks across all of them:
-        first every shard serves only the classes picked, then leftovers fall back to any class."""
+        """Lease up to n jobs across this worker's shards with the class picks of the fairness policy.
+
+        One shard: its lease script falls back to the highest non-empty class itself. Several: first
+        each shard serves only the classes picked, then unfilled picks go to the highest class that has
+        jobs in any shard, so a shard holding only low jobs cannot take a slot that high jobs elsewhere
+        should get."""
         picks = self.picker.picks(n)
         shards = [s for s in self.types_by_shard if self.app.ownership.owns(s)]
         if not shards:
             return 0
         self._rotation = (self._rotation + 1) % len(shards)
         shards = shards[self._rotation :] + shards[: self._rotation]
+        if len(shards) == 1:
+            return (await self._lease_from(shards[0], picks, fallback=True))[0]
         granted = 0
-        passes = [True] if len(shards) == 1 else [False, True]
-        for fallback in passes:
+        empty: set[tuple[int, Priority]] = set()  # (shard, class) seen empty in this round
+        for shard in shards:
+            if not picks or self.closed:
+                return granted
+            got, unfilled = await self._lease_from(shard, picks, fallback=False)
+            empty |= {(shard, c) for c in unfilled}
+            granted, picks = granted + got, unfilled
+        for cls in Priority:
             for shard in shards:
                 if not picks or self.closed:
                     return granted
-                got, picks = await self._lease_from(shard, picks, fallback)
-                granted += got
+                if (shard, cls) in empty:
+                    continue
+                got, unfilled = await self._lease_from(shard, [cls] * len(picks), fallback=False)
+                if unfilled:
+                    empty.add((shard, cls))
+                granted, picks = granted + got, picks[got:]
         return granted
 
     async def _lease_from(self, shard: int, picks: list[Priority], fallback: bool) -> tuple[int, list[Priority]]:

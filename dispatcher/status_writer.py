@@ -37,6 +37,7 @@ class StatusWriter:
         self._lock = asyncio.Lock()  # held while committing and forgetting
         self._task: asyncio.Task[None] | None = None
         self._unforgotten: dict[int, set[str]] = defaultdict(set)
+        self._committing: dict[str, tuple[int, StoreUpdate]] = {}
         self.healthy = True
 
     def record(self, shard: int, update: StoreUpdate) -> None:
@@ -44,6 +45,10 @@ class StatusWriter:
         self._pending[update.id] = (shard, update.merged_over(old[1]) if old else update)
         self._recorded += 1
         self._wake.set()
+
+    def is_pending(self, job_id: str) -> bool:
+        """Whether the DB row of this job is behind Redis right now."""
+        return job_id in self._pending or job_id in self._committing
 
     @property
     def lag(self) -> int:
@@ -112,13 +117,16 @@ class StatusWriter:
         if self._pending:
             batch, self._pending = self._pending, {}
             target = self._recorded
+            self._committing = batch
             try:
                 await self.store.apply_updates([u for _, u in batch.values()])
             except BaseException:
+                self._committing = {}
                 for job_id, (shard, update) in batch.items():  # keep them, older under newer
                     newer = self._pending.get(job_id)
                     self._pending[job_id] = (shard, newer[1].merged_over(update)) if newer else (shard, update)
                 raise
+            self._committing = {}
             for shard, update in batch.values():
                 if update.status in _TERMINAL:
                     self._unforgotten[shard].add(update.id)

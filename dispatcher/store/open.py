@@ -17,8 +17,9 @@ async def open_store(url: str) -> Store:
     if url.startswith("sqlite://"):
         from .sqlite import SqliteStore
 
+        # sqlite:///relative/path and sqlite:////absolute/path, as SQLAlchemy spells them.
         path = url.removeprefix("sqlite://")
-        path = path[1:] if path.startswith("/") and not path.startswith("//") else path
+        path = path[1:] if path.startswith("/") else path
         lite = SqliteStore(path if path else ":memory:")
         await lite.open()
         return lite

@@ -410,6 +410,7 @@ class LuaStateMachine(RuleBasedStateMachine):
         assert got == expected
         self.jobs.update(new_jobs)
 
+    @precondition(lambda self: any(j.state is DELAYED for j in self.jobs.values()))
     @rule(limit=st.integers(1, 5))
     def promote_due(self, limit: int) -> None:
         due = sorted((j.run_at, j.id) for j in self.in_state(DELAYED) if j.run_at <= self.now)[:limit]
@@ -423,19 +424,25 @@ class LuaStateMachine(RuleBasedStateMachine):
     @rule(
         job_types=st.lists(st.sampled_from(TYPES), unique=True, min_size=1, max_size=3),
         picks=st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=4),
+        fallback=st.booleans(),
         empty=st.integers(0, 9),
     )
-    def lease(self, job_types: list[str], picks: list[int], empty: int) -> None:
+    def lease(self, job_types: list[str], picks: list[int], fallback: bool, empty: int) -> None:
         if empty == 0:  # now and then a worker with no types, or no credit
             job_types, picks = ([], picks) if picks[0] == 0 else (job_types, [])
-        self.lease_jobs(job_types, picks)
+        self.lease_jobs(job_types, picks, fallback)
 
+    @precondition(lambda self: any(j.state is READY for j in self.jobs.values()))
     @rule(picks=st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=4))
     def lease_any_type(self, picks: list[int]) -> None:
-        self.lease_jobs(list(TYPES), picks)
+        self.lease_jobs(list(TYPES), picks, True)
 
-    def lease_jobs(self, job_types: list[str], picks: list[int]) -> list[Grant]:
+    def lease_jobs(self, job_types: list[str], picks: list[int], fallback: bool) -> list[Grant]:
+        """One lease per pick: the oldest ready job of the pick's class among the worker's types.
+        An empty class falls back to the highest non-empty class (fallback) or leaves the pick
+        unfilled; once every class is empty, this and the remaining picks are unfilled."""
         expected: list[Grant] = []
+        unfilled: list[Priority] = []
         taken: set[str] = set()
 
         def oldest(cls: int) -> MJob | None:
@@ -445,10 +452,11 @@ class LuaStateMachine(RuleBasedStateMachine):
 
         for cls in picks:
             j = oldest(cls)
-            if j is None:  # an empty pick falls back to the highest non-empty class
+            if j is None and fallback:
                 j = next((c for c in map(oldest, range(3)) if c is not None), None)
             if j is None:
-                break
+                unfilled.append(Priority(cls))
+                continue
             taken.add(j.id)
             self.seq += 1
             token = f"{self.epoch}:{self.seq}"
@@ -459,8 +467,9 @@ class LuaStateMachine(RuleBasedStateMachine):
                 max_attempts=j.max_attempts, deadline_ms=j.deadline, lease_ttl_ms=j.ttl,
                 idempotency_key=j.idem, run_at_ms=j.run_at, enqueued_at_ms=j.enqueued_at, payload=j.payload,
             ))
-        grants = self.run(self.ws.lease(SHARD, self.epoch, self.now, job_types, picks))
+        grants, left = self.run(self.ws.lease(SHARD, self.epoch, self.now, job_types, picks, fallback=fallback))
         assert grants == expected
+        assert left == unfilled, (picks, fallback, left, unfilled)
         for g in grants:
             assert g.run_at_ms <= self.now, f"{g.id} leased at {self.now} before its run_at {g.run_at_ms}"
             assert g.token not in self.tokens, f"token {g.token} issued twice"
@@ -468,6 +477,7 @@ class LuaStateMachine(RuleBasedStateMachine):
             self.last_token[g.id] = g.token
         return grants
 
+    @precondition(lambda self: bool(self.tokens))
     @rule(data=st.data())
     def extend(self, data: st.DataObject) -> None:
         refs = self.draw_refs(data)
@@ -482,6 +492,7 @@ class LuaStateMachine(RuleBasedStateMachine):
                 expected.append(0)
         self.check_token_call(refs, was_superseded, lambda: self.ws.extend(SHARD, self.now, refs), expected, 0)
 
+    @precondition(lambda self: bool(self.tokens))
     @rule(data=st.data(), offset=st.integers(-50, 150))
     def shorten(self, data: st.DataObject, offset: int) -> None:
         refs = self.draw_refs(data)
@@ -493,6 +504,7 @@ class LuaStateMachine(RuleBasedStateMachine):
                 n += 1
         assert self.run(self.ws.shorten(SHARD, until, refs)) == n
 
+    @precondition(lambda self: bool(self.tokens))
     @rule(data=st.data())
     def ack(self, data: st.DataObject) -> None:
         self.ack_refs(self.draw_refs(data))
@@ -511,6 +523,7 @@ class LuaStateMachine(RuleBasedStateMachine):
                 expected.append(None)
         self.check_token_call(refs, was_superseded, lambda: self.ws.ack(SHARD, self.now, refs), expected, None)
 
+    @precondition(lambda self: bool(self.tokens))
     @rule(data=st.data())
     def nack(self, data: st.DataObject) -> None:
         self.nack_refs(data, self.draw_refs(data))
@@ -543,14 +556,16 @@ class LuaStateMachine(RuleBasedStateMachine):
         if before is not None:
             assert self.dump() == before, "a retry with only stale tokens changed Redis"
 
-    @rule(data=st.data(), picks=st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=3))
-    def worker_round(self, data: st.DataObject, picks: list[int]) -> None:
+    @precondition(lambda self: bool(self.jobs))
+    @rule(data=st.data(), picks=st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=3),
+          fallback=st.booleans())
+    def worker_round(self, data: st.DataObject, picks: list[int], fallback: bool) -> None:
         """A dispatcher tick and a worker's answers in one step: reap, promote, lease, then ack, nack
         or keep each grant. (The same checked operations as the single rules; it only makes long
         lifecycles, retries up to dead-lettering, likely within the step budget.)"""
         self.reap(5)
         self.promote_due(5)
-        grants = self.lease_jobs(list(TYPES), picks)
+        grants = self.lease_jobs(list(TYPES), picks, fallback)
         answers = [data.draw(st.sampled_from(["ack", "nack", "nack", "keep"]), label="answer") for _ in grants]
         acks = [(g.id, g.token) for g, a in zip(grants, answers, strict=True) if a == "ack"]
         nacks = [(g.id, g.token) for g, a in zip(grants, answers, strict=True) if a == "nack"]
@@ -575,6 +590,7 @@ class LuaStateMachine(RuleBasedStateMachine):
         if before is not None:
             assert self.dump() == before, f"a call with only stale tokens changed Redis: {refs}"
 
+    @precondition(lambda self: any(j.state is LEASED for j in self.jobs.values()))
     @rule(limit=st.integers(1, 5))
     def reap(self, limit: int) -> None:
         expired = sorted((j.deadline, j.id) for j in self.in_state(LEASED) if j.deadline <= self.now)[:limit]
@@ -594,6 +610,7 @@ class LuaStateMachine(RuleBasedStateMachine):
 
     # -- cancel, restore, forget ------------------------------------------------------------------
 
+    @precondition(lambda self: bool(self.jobs))
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
         candidates = sorted(self.jobs) + sorted(self.forgotten) + ["ghost-0"]
@@ -660,6 +677,7 @@ class LuaStateMachine(RuleBasedStateMachine):
         self.types_seen.add(job_type)
         assert self.run(self.ws.restore(SHARD, self.epoch, "restore", batch)) == 1
 
+    @precondition(lambda self: bool(self.jobs))
     @rule(data=st.data())
     def forget(self, data: st.DataObject) -> None:
         candidates = sorted(self.jobs) + sorted(self.forgotten) + ["ghost-0"]
@@ -690,19 +708,17 @@ class LuaStateMachine(RuleBasedStateMachine):
         events = [j.run_at for j in self.in_state(DELAYED)] + [j.deadline for j in self.in_state(LEASED)]
         self.now = min(e for e in events if e > self.now)
 
-    @rule(step=st.integers(1, 3))
-    def take_over_with_higher_epoch(self, step: int) -> None:
+    @rule(data=st.data(), step=st.integers(1, 3))
+    def take_over_with_higher_epoch(self, data: st.DataObject, step: int) -> None:
+        """A new owner fences the old one out; an epoch not above the current one is refused."""
+        refused = data.draw(st.integers(0, self.epoch), label="not newer epoch")
+        before = self.dump()
+        with pytest.raises(NotOwner):
+            self.run(self.ws.acquire(SHARD, refused, "usurper", self.now))
+        assert self.dump() == before, "a refused acquire changed Redis"
         self.stale_epochs.append(self.epoch)
         self.epoch += step
         assert self.run(self.ws.acquire(SHARD, self.epoch, f"owner-{self.epoch}", self.now)) == 0
-
-    @rule(data=st.data())
-    def acquire_not_newer_is_refused(self, data: st.DataObject) -> None:
-        epoch = data.draw(st.integers(0, self.epoch), label="epoch")
-        before = self.dump()
-        with pytest.raises(NotOwner):
-            self.run(self.ws.acquire(SHARD, epoch, "usurper", self.now))
-        assert self.dump() == before
 
     @precondition(lambda self: bool(self.stale_epochs))
     @rule(data=st.data(), op=st.sampled_from(["enqueue", "promote", "lease", "reap", "restore"]), spec=JOB_SPECS)
@@ -716,7 +732,7 @@ class LuaStateMachine(RuleBasedStateMachine):
         calls: dict[str, Any] = {
             "enqueue": lambda: self.ws.enqueue(SHARD, old, self.now, [ghost]),
             "promote": lambda: self.ws.promote_due(SHARD, old, self.now, 5),
-            "lease": lambda: self.ws.lease(SHARD, old, self.now, list(TYPES), [0, 1, 2, 2]),
+            "lease": lambda: self.ws.lease(SHARD, old, self.now, list(TYPES), [0, 1, 2, 2], fallback=True),
             "reap": lambda: self.ws.reap(SHARD, old, self.now, 5, self.policy),
             "restore": lambda: self.ws.restore(SHARD, old, "restore", [ghost]),
         }

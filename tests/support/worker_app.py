@@ -1,0 +1,73 @@
+"""A worker process for the end-to-end tests: handlers that record every execution in a ledger.
+
+    python -m tests.support.worker_app --target HOST:PORT --ledger FILE [--concurrency N] [--types a,b]
+
+Each ledger line is JSON written with one os.write on an O_APPEND descriptor, so a line is complete
+even when the process is SIGKILLed right after.
+Handlers (by job type prefix): ``noop*`` returns at once; ``sleep*`` sleeps payload["sleep"] seconds (on attempts up to
+payload["sleep_attempts"]);
+``fail*`` always raises; ``flaky*`` raises until attempt > payload["fail_times"]; ``final*`` raises
+SkipRetry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+
+from worker_sdk import JobContext, SkipRetry, serve
+
+
+class Ledger:
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, event: str, ctx: JobContext, **extra: object) -> None:
+        line = {"event": event, "job": ctx.job_id, "type": ctx.type, "token": ctx.token, "attempt": ctx.attempt,
+                "priority": ctx.priority, "t": time.time(), "run_at": ctx.run_at.timestamp(), "pid": os.getpid(),
+                **extra}
+        os.write(self.fd, (json.dumps(line) + "\n").encode())
+
+
+def handlers_for(types: list[str], ledger: Ledger) -> dict[str, object]:
+    async def handle(ctx: JobContext) -> None:
+        ledger.write("start", ctx)
+        payload = ctx.json() or {}
+        kind = ctx.type
+        if kind.startswith("sleep") and ctx.attempt <= int(payload.get("sleep_attempts", 1000)):
+            await asyncio.sleep(float(payload.get("sleep", 1.0)))
+        elif kind.startswith("fail"):
+            ledger.write("fail", ctx)
+            raise RuntimeError(f"{ctx.type} always fails (attempt {ctx.attempt})")
+        elif kind.startswith("flaky") and ctx.attempt <= int(payload.get("fail_times", 1)):
+            ledger.write("fail", ctx)
+            raise RuntimeError(f"flaky failure on attempt {ctx.attempt}")
+        elif kind.startswith("final"):
+            ledger.write("fail", ctx)
+            raise SkipRetry("not retryable")
+        ledger.write("end", ctx)
+
+    return {t: handle for t in types}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--ledger", required=True)
+    parser.add_argument("--types", default="noop")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--worker-id")
+    parser.add_argument("--grace", type=float, default=5.0)
+    args = parser.parse_args()
+    ledger = Ledger(args.ledger)
+    worker = serve(handlers_for(args.types.split(","), ledger), target=args.target,
+                   concurrency=args.concurrency, worker_id=args.worker_id, shutdown_grace=args.grace,
+                   max_reconnect_delay=0.5)
+    worker.run()
+
+
+if __name__ == "__main__":
+    main()
