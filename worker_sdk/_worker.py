@@ -271,7 +271,10 @@ class Worker:
                 # Results not yet written still hold their slot at the dispatcher.
                 unsent = len(self._unsent.acks) + len(self._unsent.nacks)
                 deficit = self.concurrency - len(self._running) - unsent - self._granted
-                if deficit > 0:
+                # Refill in batches (a quarter of the concurrency) so leases come in batches too;
+                # at once when nothing is left to run, so the worker never idles waiting for a refill.
+                idle = not self._running and self._granted == 0
+                if deficit > 0 and (idle or deficit >= max(1, self.concurrency // 4)):
                     self._granted += deficit
                     await call.write(pb.WorkerMessage(credit=pb.Credit(slots=deficit)))
             except BaseException:
