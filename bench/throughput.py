@@ -53,11 +53,21 @@ async def run(jobs: int, types: int, db: str, workers: int, concurrency: int) ->
     await redis.start()
     port = _free_port()
     target = f"127.0.0.1:{port}"
-    env = {**os.environ, "SHARDQ_REDIS_URL": redis.url, "SHARDQ_LISTEN": target, "SHARDQ_LOG_LEVEL": "warning",
-           "SHARDQ_DB_URL": db if db != "sqlite" else f"sqlite:///{tmp}/bench.sqlite3"}
+    env = {
+        **os.environ,
+        "SHARDQ_REDIS_URL": redis.url,
+        "SHARDQ_LISTEN": target,
+        "SHARDQ_LOG_LEVEL": "warning",
+        "SHARDQ_DB_URL": db if db != "sqlite" else f"sqlite:///{tmp}/bench.sqlite3",
+    }
     log = open(Path(tmp) / "dispatcher.log", "wb")  # noqa: SIM115
-    dispatcher = subprocess.Popen([sys.executable, "-m", "dispatcher.cli", "run"], env=env, stdout=log,
-                                  stderr=subprocess.STDOUT, cwd=tmp)
+    dispatcher = subprocess.Popen(
+        [sys.executable, "-m", "dispatcher.cli", "run"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp,
+    )
     procs: list[subprocess.Popen[bytes]] = []
     try:
         await _ready(target)
@@ -67,13 +77,30 @@ async def run(jobs: int, types: int, db: str, workers: int, concurrency: int) ->
         cpu0 = sum(cpu.cpu_times()[:2])
         t0 = time.perf_counter()
         for start in range(0, jobs, 1000):
-            await client.enqueue_many([{"type": names[i % types]} for i in range(start, min(jobs, start + 1000))])
+            await client.enqueue_many(
+                [{"type": names[i % types]} for i in range(start, min(jobs, start + 1000))]
+            )
         ingest = time.perf_counter() - t0
         t1 = time.perf_counter()
         for _ in range(workers):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "bench.noop_worker", "--target", target, "--types", ",".join(names),
-                 "--concurrency", str(concurrency)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "bench.noop_worker",
+                        "--target",
+                        target,
+                        "--types",
+                        ",".join(names),
+                        "--concurrency",
+                        str(concurrency),
+                    ],
+                    cwd=ROOT,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         while True:
             stats = await client.stats()
             if sum(q.ready + q.leased + q.delayed for q in stats) == 0:
@@ -82,8 +109,13 @@ async def run(jobs: int, types: int, db: str, workers: int, concurrency: int) ->
         drain = time.perf_counter() - t1
         cpu_s = sum(cpu.cpu_times()[:2]) - cpu0
         await client.close()
-        return {"jobs": jobs, "ingest_jobs_per_s": jobs / ingest, "drain_jobs_per_s": jobs / drain,
-                "end_to_end_jobs_per_s": jobs / (ingest + drain), "dispatcher_cpu_ms_per_job": cpu_s * 1000 / jobs}
+        return {
+            "jobs": jobs,
+            "ingest_jobs_per_s": jobs / ingest,
+            "drain_jobs_per_s": jobs / drain,
+            "end_to_end_jobs_per_s": jobs / (ingest + drain),
+            "dispatcher_cpu_ms_per_job": cpu_s * 1000 / jobs,
+        }
     finally:
         for p in procs:
             p.terminate()
@@ -96,7 +128,9 @@ async def run(jobs: int, types: int, db: str, workers: int, concurrency: int) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--types", type=int, default=4)
     parser.add_argument("--db", default="sqlite", help="sqlite, or a postgresql:// URL of an empty database")

@@ -30,7 +30,9 @@ log = structlog.get_logger("shardq.dispatcher")
 
 
 class Dispatcher:
-    def __init__(self, settings: Settings, redis: Any, store: Store, dispatcher_id: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, redis: Any, store: Store, dispatcher_id: str | None = None
+    ) -> None:
         self.settings = settings
         self.redis = redis
         self.store = store
@@ -40,8 +42,14 @@ class Dispatcher:
         self.ownership = Ownership(self.dispatcher_id, store, self.working_set, self._on_acquired)
         self.reconciler = Reconciler(store, self.working_set, self.writer)
         self.sessions = SessionRegistry()
-        self.ingest = Ingestor(settings.shard_count, store, self.working_set, self.ownership,
-                               self._on_pushed, self._on_push_failed)
+        self.ingest = Ingestor(
+            settings.shard_count,
+            store,
+            self.working_set,
+            self.ownership,
+            self._on_pushed,
+            self._on_push_failed,
+        )
         self.promoters: dict[int, Promoter] = {}
         self.reapers: dict[int, Reaper] = {}
         self.stopping = False
@@ -90,9 +98,12 @@ class Dispatcher:
     async def _on_acquired(self, shard: int, epoch: int) -> None:
         await self.reconciler.reconcile(shard, epoch)
         if shard not in self.promoters:
-            self.promoters[shard] = Promoter(shard, self.working_set, self.ownership, self.sessions.notify_shard)
-            self.reapers[shard] = Reaper(shard, self.working_set, self.ownership, self.settings.retry,
-                                         self._on_expired)
+            self.promoters[shard] = Promoter(
+                shard, self.working_set, self.ownership, self.sessions.notify_shard
+            )
+            self.reapers[shard] = Reaper(
+                shard, self.working_set, self.ownership, self.settings.retry, self._on_expired
+            )
             self._tasks.append(asyncio.create_task(self.promoters[shard].run(), name=f"promote-{shard}"))
             self._tasks.append(asyncio.create_task(self.reapers[shard].run(), name=f"reap-{shard}"))
         else:
@@ -103,7 +114,9 @@ class Dispatcher:
         while True:
             await asyncio.sleep(1.0)
             full = asyncio.get_running_loop().time() - last_full >= self.settings.reconcile_interval_s
-            shards = set(self.ownership.epochs) if full else self._needs_reconcile & set(self.ownership.epochs)
+            shards = (
+                set(self.ownership.epochs) if full else self._needs_reconcile & set(self.ownership.epochs)
+            )
             if full:
                 last_full = asyncio.get_running_loop().time()
             for shard in sorted(shards):
@@ -162,7 +175,9 @@ class Dispatcher:
         session.close()
         self.sessions.remove(session)
         if session.held and not self.stopping:
-            await self.release_leases([(job_id, token, shard) for job_id, (token, shard) in session.held.items()])
+            await self.release_leases(
+                [(job_id, token, shard) for job_id, (token, shard) in session.held.items()]
+            )
         session.log.info("worker disconnected", held=len(session.held))
 
     async def release_leases(self, refs: list[tuple[str, str, int]]) -> None:

@@ -12,7 +12,10 @@ from .logs import configure
 
 def _run(args: argparse.Namespace) -> int:
     settings = Settings.from_env(
-        redis_url=args.redis_url, db_url=args.db_url, listen=args.listen, shard_count=args.shards,
+        redis_url=args.redis_url,
+        db_url=args.db_url,
+        listen=args.listen,
+        shard_count=args.shards,
         log_level=args.log_level,
     )
     configure(settings.log_level, settings.log_format)
@@ -37,10 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--redis-url", help="Redis URL (env SHARDQ_REDIS_URL); unset: a private redis-server")
     run.add_argument("--db-url", help="postgresql://... or sqlite:///path (env SHARDQ_DB_URL); unset: SQLite")
     run.add_argument("--listen", help="gRPC address (env SHARDQ_LISTEN, default 127.0.0.1:7070)")
-    run.add_argument("--shards", type=int, help="shard count when the cluster is created (SHARDQ_SHARD_COUNT)")
+    run.add_argument(
+        "--shards", type=int, help="shard count when the cluster is created (SHARDQ_SHARD_COUNT)"
+    )
     run.add_argument("--log-level", help="debug, info, warning, error (SHARDQ_LOG_LEVEL)")
     run.set_defaults(func=_run)
-    demo = sub.add_parser("demo", help="run a dispatcher and a worker on embedded defaults and show jobs flow")
+    demo = sub.add_parser(
+        "demo", help="run a dispatcher and a worker on embedded defaults and show jobs flow"
+    )
     demo.add_argument("--jobs", type=int, default=40, help="how many jobs the demo enqueues")
     demo.set_defaults(func=_demo)
     args = parser.parse_args(argv)

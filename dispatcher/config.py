@@ -65,7 +65,9 @@ class FairnessPolicy:
         try:
             weights = tuple(int(v) for v in values)
         except ValueError:
-            raise ConfigError(f"bad priority weights {text!r}: use 'strict' or 'high=6,default=3,low=1'") from None
+            raise ConfigError(
+                f"bad priority weights {text!r}: use 'strict' or 'high=6,default=3,low=1'"
+            ) from None
         if len(weights) != 3:
             raise ConfigError(f"bad priority weights {text!r}: three weights are needed")
         return cls(weights=(weights[0], weights[1], weights[2]))
@@ -151,7 +153,9 @@ class Settings:
         except ValueError as exc:
             raise ConfigError(f"bad SHARDQ_RETRY_* value: {exc}") from None
         if "SHARDQ_COUNT_EXPIRATIONS" in env:
-            retry = replace(retry, count_expirations=env["SHARDQ_COUNT_EXPIRATIONS"].lower() in ("1", "true", "yes"))
+            retry = replace(
+                retry, count_expirations=env["SHARDQ_COUNT_EXPIRATIONS"].lower() in ("1", "true", "yes")
+            )
         values["retry"] = retry
         if env.get("SHARDQ_PRIORITY_WEIGHTS"):
             values["fairness"] = FairnessPolicy.parse(env["SHARDQ_PRIORITY_WEIGHTS"])

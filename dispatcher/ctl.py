@@ -68,13 +68,22 @@ def cmd_enqueue(client: Client, args: argparse.Namespace) -> Any:
 
 def _job_rows(job: Any) -> list[tuple[str, Any]]:
     return [
-        ("id", job.id), ("type", job.type), ("status", job.status), ("priority", job.priority),
-        ("attempts", f"{job.attempts} (failures {job.failures}, expirations {job.expirations}) of "
-                     f"{job.max_attempts}"),
-        ("run_at", _time(job.run_at_ms)), ("enqueued_at", _time(job.enqueued_at_ms)),
-        ("started_at", _time(job.started_at_ms)), ("finished_at", _time(job.finished_at_ms)),
-        ("lease_until", _time(job.lease_until_ms)), ("dead_reason", job.dead_reason or "-"),
-        ("idempotency_key", job.idempotency_key or "-"), ("shard", job.shard),
+        ("id", job.id),
+        ("type", job.type),
+        ("status", job.status),
+        ("priority", job.priority),
+        (
+            "attempts",
+            f"{job.attempts} (failures {job.failures}, expirations {job.expirations}) of {job.max_attempts}",
+        ),
+        ("run_at", _time(job.run_at_ms)),
+        ("enqueued_at", _time(job.enqueued_at_ms)),
+        ("started_at", _time(job.started_at_ms)),
+        ("finished_at", _time(job.finished_at_ms)),
+        ("lease_until", _time(job.lease_until_ms)),
+        ("dead_reason", job.dead_reason or "-"),
+        ("idempotency_key", job.idempotency_key or "-"),
+        ("shard", job.shard),
         ("payload", job.payload.decode(errors="replace") or "-"),
         ("last_error", (job.last_error or "-").strip().splitlines()[-1] if job.last_error else "-"),
     ]
@@ -94,27 +103,45 @@ def cmd_job_show(client: Client, args: argparse.Namespace) -> Any:
 
 def cmd_job_cancel(client: Client, args: argparse.Namespace) -> Any:
     status = client.cancel(args.id)
-    text = {"cancelled": f"{args.id} cancelled: it will not run",
-            "leased": f"{args.id} is running: asked the worker to stop; it will not be retried"}.get(
-        status, f"{args.id} had already finished ({status})")
+    text = {
+        "cancelled": f"{args.id} cancelled: it will not run",
+        "leased": f"{args.id} is running: asked the worker to stop; it will not be retried",
+    }.get(status, f"{args.id} had already finished ({status})")
     return {"job_id": args.id, "status": status}, text
 
 
 def cmd_stats(client: Client, args: argparse.Namespace) -> Any:
     stats = client.stats()
-    rows = [(q.type, q.priority, q.delayed, q.ready, q.leased, q.dead, f"{q.oldest_ready_age_ms / 1000:.1f}s")
-            for q in stats]
-    text = table(["type", "priority", "delayed", "ready", "leased", "dead", "oldest_ready"], rows) if rows \
+    rows = [
+        (q.type, q.priority, q.delayed, q.ready, q.leased, q.dead, f"{q.oldest_ready_age_ms / 1000:.1f}s")
+        for q in stats
+    ]
+    text = (
+        table(["type", "priority", "delayed", "ready", "leased", "dead", "oldest_ready"], rows)
+        if rows
         else "no jobs pending"
+    )
     return [asdict(q) for q in stats], text
 
 
 def cmd_dlq_list(client: Client, args: argparse.Namespace) -> Any:
     jobs = client.dead_letters(job_type=args.type, reason=args.reason, limit=args.limit)
-    rows = [(j.id, j.type, j.dead_reason, j.attempts, _time(j.finished_at_ms),
-             (j.last_error.strip().splitlines() or ["-"])[-1][:80]) for j in jobs]
-    text = table(["id", "type", "reason", "attempts", "dead_at", "last_error"], rows) if rows \
+    rows = [
+        (
+            j.id,
+            j.type,
+            j.dead_reason,
+            j.attempts,
+            _time(j.finished_at_ms),
+            (j.last_error.strip().splitlines() or ["-"])[-1][:80],
+        )
+        for j in jobs
+    ]
+    text = (
+        table(["id", "type", "reason", "attempts", "dead_at", "last_error"], rows)
+        if rows
         else "the dead-letter queue is empty"
+    )
     return [_job_json(j) for j in jobs], text
 
 
@@ -148,7 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="idempotency key")
     p.set_defaults(func=cmd_enqueue)
 
-    job = sub.add_parser("job", help="inspect or cancel one job").add_subparsers(dest="job_command", required=True)
+    job = sub.add_parser("job", help="inspect or cancel one job").add_subparsers(
+        dest="job_command", required=True
+    )
     p = job.add_parser("show")
     p.add_argument("id")
     p.set_defaults(func=cmd_job_show)
@@ -159,10 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stats", help="queue depth per type and priority")
     p.set_defaults(func=cmd_stats)
 
-    dlq = sub.add_parser("dlq", help="the dead-letter queue").add_subparsers(dest="dlq_command", required=True)
-    for name, func, help_text in (("list", cmd_dlq_list, "list dead jobs"),
-                                  ("requeue", cmd_dlq_requeue, "run dead jobs again"),
-                                  ("purge", cmd_dlq_purge, "delete dead jobs")):
+    dlq = sub.add_parser("dlq", help="the dead-letter queue").add_subparsers(
+        dest="dlq_command", required=True
+    )
+    for name, func, help_text in (
+        ("list", cmd_dlq_list, "list dead jobs"),
+        ("requeue", cmd_dlq_requeue, "run dead jobs again"),
+        ("purge", cmd_dlq_purge, "delete dead jobs"),
+    ):
         p = dlq.add_parser(name, help=help_text)
         p.add_argument("--type", help="only this job type")
         p.add_argument("--reason", choices=sorted(REASONS), help="only this reason")

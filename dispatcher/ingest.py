@@ -93,12 +93,27 @@ class Ingestor:
     async def enqueue(self, jobs: Sequence[ValidJob], now: int) -> list[tuple[str, bool]]:
         rows = [
             JobRow(
-                id=new_job_id(), type=j.type, shard=shard_for(j.type, self.shard_count), priority=int(j.priority),
-                payload=j.payload, status=str(JobState.DELAYED if j.run_at_ms > now else JobState.READY),
-                run_at=j.run_at_ms, lease_until=None, attempts=0, failures=0, expirations=0,
-                max_attempts=j.max_attempts, lease_ttl_ms=j.lease_ttl_ms, idem_key=j.idempotency_key or None,
-                last_error=None, dead_reason=None, result=None, enqueued_at=now, started_at=None,
-                finished_at=None, updated_at=now,
+                id=new_job_id(),
+                type=j.type,
+                shard=shard_for(j.type, self.shard_count),
+                priority=int(j.priority),
+                payload=j.payload,
+                status=str(JobState.DELAYED if j.run_at_ms > now else JobState.READY),
+                run_at=j.run_at_ms,
+                lease_until=None,
+                attempts=0,
+                failures=0,
+                expirations=0,
+                max_attempts=j.max_attempts,
+                lease_ttl_ms=j.lease_ttl_ms,
+                idem_key=j.idempotency_key or None,
+                last_error=None,
+                dead_reason=None,
+                result=None,
+                enqueued_at=now,
+                started_at=None,
+                finished_at=None,
+                updated_at=now,
             )
             for j in jobs
         ]
@@ -107,9 +122,14 @@ class Ingestor:
         for row, (job_id, created) in zip(rows, results, strict=True):
             if created:
                 record = JobRecord(
-                    type=row.type, priority=Priority(row.priority), state=JobState.DELAYED,
-                    run_at_ms=row.run_at, enqueued_at_ms=now, max_attempts=row.max_attempts,
-                    lease_ttl_ms=row.lease_ttl_ms, idempotency_key=row.idem_key or "",
+                    type=row.type,
+                    priority=Priority(row.priority),
+                    state=JobState.DELAYED,
+                    run_at_ms=row.run_at,
+                    enqueued_at_ms=now,
+                    max_attempts=row.max_attempts,
+                    lease_ttl_ms=row.lease_ttl_ms,
+                    idempotency_key=row.idem_key or "",
                 )
                 by_shard[row.shard].append(NewJob(job_id, record, row.payload))
         await asyncio.gather(*(self._push(shard, new) for shard, new in by_shard.items()))
@@ -131,7 +151,11 @@ class Ingestor:
                 self.on_push_failed(shard)
                 return
             except REDIS_DOWN as exc:
-                log.warning("enqueue committed but Redis is unavailable; the reconciler will push it",
-                            shard=shard, jobs=len(jobs), error=str(exc))
+                log.warning(
+                    "enqueue committed but Redis is unavailable; the reconciler will push it",
+                    shard=shard,
+                    jobs=len(jobs),
+                    error=str(exc),
+                )
                 self.on_push_failed(shard)
                 return

@@ -29,8 +29,12 @@ if TYPE_CHECKING:
 log = structlog.get_logger("shardq.job_service")
 R = TypeVar("R")
 _STATUS = {
-    "delayed": pb.JOB_STATUS_DELAYED, "ready": pb.JOB_STATUS_READY, "leased": pb.JOB_STATUS_LEASED,
-    "succeeded": pb.JOB_STATUS_SUCCEEDED, "dead": pb.JOB_STATUS_DEAD, "cancelled": pb.JOB_STATUS_CANCELLED,
+    "delayed": pb.JOB_STATUS_DELAYED,
+    "ready": pb.JOB_STATUS_READY,
+    "leased": pb.JOB_STATUS_LEASED,
+    "succeeded": pb.JOB_STATUS_SUCCEEDED,
+    "dead": pb.JOB_STATUS_DEAD,
+    "cancelled": pb.JOB_STATUS_CANCELLED,
 }
 MAX_LIST = 10_000
 
@@ -67,7 +71,9 @@ class JobService(pb_grpc.JobServiceServicer):
     async def EnqueueMany(self, request: pb.EnqueueManyRequest, context: Any) -> pb.EnqueueManyResponse:
         validation.batch_size(len(request.jobs), self.settings)
         now = now_ms()
-        jobs = [validation.job_spec(spec, f"jobs[{i}]", self.settings, now) for i, spec in enumerate(request.jobs)]
+        jobs = [
+            validation.job_spec(spec, f"jobs[{i}]", self.settings, now) for i, spec in enumerate(request.jobs)
+        ]
         results = await self.app.ingest.enqueue(jobs, now)
         return pb.EnqueueManyResponse(job_ids=[r[0] for r in results], created=[r[1] for r in results])
 
@@ -99,8 +105,9 @@ class JobService(pb_grpc.JobServiceServicer):
             raise NotFound(f"no job {job_id}")
         outcome = await self.app.working_set.cancel(row.shard, job_id, row.type, Priority(row.priority))
         if outcome.code == 1:
-            self.app.writer.record(row.shard, transition_update(
-                Transition(job_id, row.shard, JobState.CANCELLED), now_ms()))
+            self.app.writer.record(
+                row.shard, transition_update(Transition(job_id, row.shard, JobState.CANCELLED), now_ms())
+            )
             await self.app.writer.flush()
             return pb.CancelJobResponse(status=pb.JOB_STATUS_CANCELLED)
         if outcome.code == 2:
@@ -131,11 +138,20 @@ class JobService(pb_grpc.JobServiceServicer):
             oldest = 0
             if c["ready"]:
                 ready_at = await self.app.working_set.oldest_ready(
-                    shard_for(job_type, self.settings.shard_count), job_type, prio)
+                    shard_for(job_type, self.settings.shard_count), job_type, prio
+                )
                 oldest = max(0, now - ready_at) if ready_at else 0
-            out.append(pb.QueueStats(
-                type=job_type, priority=validation.priority_to_pb(prio), delayed=c["delayed"], ready=c["ready"],
-                leased=c["leased"], dead=c["dead"], oldest_ready_age_ms=oldest))
+            out.append(
+                pb.QueueStats(
+                    type=job_type,
+                    priority=validation.priority_to_pb(prio),
+                    delayed=c["delayed"],
+                    ready=c["ready"],
+                    leased=c["leased"],
+                    dead=c["dead"],
+                    oldest_ready_age_ms=oldest,
+                )
+            )
         return pb.StatsResponse(queues=out)
 
     @rpc
@@ -184,7 +200,9 @@ class JobService(pb_grpc.JobServiceServicer):
             jobs = [NewJob(r.id, record_from_row(r, now, requeue=True), r.payload) for r in group]
             n += await self.app.working_set.restore(shard, self.app.ownership.epoch(shard), "requeue", jobs)
             for r in group:
-                self.app.writer.record(shard, StoreUpdate(r.id, "delayed", run_at=now, failures=0, expirations=0))
+                self.app.writer.record(
+                    shard, StoreUpdate(r.id, "delayed", run_at=now, failures=0, expirations=0)
+                )
             self.app.promoters[shard].wake(now)
         await self.app.writer.flush()
         return n
@@ -197,8 +215,9 @@ class JobService(pb_grpc.JobServiceServicer):
 
     @rpc
     async def GetVersion(self, request: pb.GetVersionRequest, context: Any) -> pb.GetVersionResponse:
-        return pb.GetVersionResponse(version=__version__, protocol=PROTOCOL_VERSION,
-                                     shard_count=self.settings.shard_count)
+        return pb.GetVersionResponse(
+            version=__version__, protocol=PROTOCOL_VERSION, shard_count=self.settings.shard_count
+        )
 
     def _filter(self, f: pb.DeadFilter) -> DeadFilter:
         job_type = validation.job_type(f.type, "filter.type") if f.type else ""
@@ -208,10 +227,23 @@ class JobService(pb_grpc.JobServiceServicer):
 def job_message(row: JobRow) -> pb.Job:
     reason = validation.REASON_TO_PB.get(row.dead_reason, 0) if row.dead_reason else 0  # type: ignore[call-overload]
     return pb.Job(
-        id=row.id, type=row.type, priority=validation.priority_to_pb(row.priority), status=_STATUS[row.status],
-        payload=row.payload, run_at_ms=row.run_at, lease_until_ms=row.lease_until or 0, attempts=row.attempts,
-        failures=row.failures, expirations=row.expirations, max_attempts=row.max_attempts,
-        last_error=row.last_error or "", dead_reason=reason, idempotency_key=row.idem_key or "",
-        enqueued_at_ms=row.enqueued_at, started_at_ms=row.started_at or 0, finished_at_ms=row.finished_at or 0,
-        result=row.result or b"", shard=row.shard,
+        id=row.id,
+        type=row.type,
+        priority=validation.priority_to_pb(row.priority),
+        status=_STATUS[row.status],
+        payload=row.payload,
+        run_at_ms=row.run_at,
+        lease_until_ms=row.lease_until or 0,
+        attempts=row.attempts,
+        failures=row.failures,
+        expirations=row.expirations,
+        max_attempts=row.max_attempts,
+        last_error=row.last_error or "",
+        dead_reason=reason,
+        idempotency_key=row.idem_key or "",
+        enqueued_at_ms=row.enqueued_at,
+        started_at_ms=row.started_at or 0,
+        finished_at_ms=row.finished_at or 0,
+        result=row.result or b"",
+        shard=row.shard,
     )

@@ -11,7 +11,9 @@ import structlog
 def configure(level: str = "info", fmt: str = "auto") -> None:
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        structlog.processors.JSONRenderer()
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
     structlog.configure(
         processors=[

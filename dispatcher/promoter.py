@@ -23,8 +23,9 @@ IDLE_RECHECK_S = 5.0  # safety net for jobs put in Redis by another path (restor
 
 
 class Promoter:
-    def __init__(self, shard: int, working_set: WorkingSet, ownership: Ownership,
-                 on_ready: Callable[[int], None]) -> None:
+    def __init__(
+        self, shard: int, working_set: WorkingSet, ownership: Ownership, on_ready: Callable[[int], None]
+    ) -> None:
         self.shard = shard
         self.working_set = working_set
         self.ownership = ownership

@@ -19,8 +19,14 @@ MAX_SLEEP_S = 1.0  # leases with a shorter TTL may arrive at any time
 
 
 class Reaper:
-    def __init__(self, shard: int, working_set: WorkingSet, ownership: Ownership, policy: RetryPolicy,
-                 on_transitions: Callable[[list[Transition]], None]) -> None:
+    def __init__(
+        self,
+        shard: int,
+        working_set: WorkingSet,
+        ownership: Ownership,
+        policy: RetryPolicy,
+        on_transitions: Callable[[list[Transition]], None],
+    ) -> None:
         self.shard = shard
         self.working_set = working_set
         self.ownership = ownership
@@ -53,8 +59,9 @@ class Reaper:
                 continue
             if expired:
                 self.expired_total += len(expired)
-                log.info("leases expired", shard=self.shard, count=len(expired),
-                         jobs=[t.id for t in expired[:10]])
+                log.info(
+                    "leases expired", shard=self.shard, count=len(expired), jobs=[t.id for t in expired[:10]]
+                )
                 self.on_transitions(expired)
                 if len(expired) >= BATCH:
                     continue

@@ -14,8 +14,8 @@ import structlog
 
 from .clock import now_ms
 from .records import JobRecord
-from .status_writer import StatusWriter
 from .states import JobState, Priority
+from .status_writer import StatusWriter
 from .store import JobRow, Store
 from .working_set import NewJob, WorkingSet
 

@@ -36,8 +36,14 @@ GRPC_OPTIONS = [
 class RunningDispatcher:
     """A started dispatcher with its server; ``port`` is the bound gRPC port."""
 
-    def __init__(self, app: Dispatcher, server: grpc.aio.Server, port: int, health: health.aio.HealthServicer,
-                 stack: AsyncExitStack) -> None:
+    def __init__(
+        self,
+        app: Dispatcher,
+        server: grpc.aio.Server,
+        port: int,
+        health: health.aio.HealthServicer,
+        stack: AsyncExitStack,
+    ) -> None:
         self.app, self.server, self.port, self.health, self._stack = app, server, port, health, stack
 
     async def stop(self, grace: float = 5.0) -> None:
@@ -58,8 +64,13 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
             redis_url = embedded.url
         else:
             log.info("using redis", url=redact(redis_url))
-        redis: Any = aioredis.Redis.from_url(redis_url, decode_responses=False, health_check_interval=10,
-                                            socket_keepalive=True, retry_on_timeout=True)
+        redis: Any = aioredis.Redis.from_url(
+            redis_url,
+            decode_responses=False,
+            health_check_interval=10,
+            socket_keepalive=True,
+            retry_on_timeout=True,
+        )
         stack.push_async_callback(redis.aclose)
         store = await open_store(settings.resolved_db_url())
         stack.push_async_callback(store.close)

@@ -28,7 +28,9 @@ IDLE_RECHECK_S = 2.0  # re-poll even without a wake-up, for jobs made ready by o
 
 
 class WorkerSession:
-    def __init__(self, app: Dispatcher, worker_id: str, job_types: list[str], concurrency: int, peer: str) -> None:
+    def __init__(
+        self, app: Dispatcher, worker_id: str, job_types: list[str], concurrency: int, peer: str
+    ) -> None:
         self.app = app
         self.worker_id = worker_id
         self.job_types = job_types
@@ -122,7 +124,9 @@ class WorkerSession:
                 granted, picks = granted + got, picks[got:]
         return granted
 
-    async def _lease_from(self, shard: int, picks: list[Priority], fallback: bool) -> tuple[int, list[Priority]]:
+    async def _lease_from(
+        self, shard: int, picks: list[Priority], fallback: bool
+    ) -> tuple[int, list[Priority]]:
         epoch = self.app.ownership.epoch(shard)
         now = now_ms()
         try:
@@ -153,10 +157,17 @@ class WorkerSession:
 
 def _lease_message(g: Grant) -> pb.Lease:
     return pb.Lease(
-        ref=pb.LeaseRef(job_id=g.id, token=g.token, shard=g.shard), type=g.type, payload=g.payload,
-        priority=priority_to_pb(g.priority), attempt=g.attempt, max_attempts=g.max_attempts,
-        deadline_ms=g.deadline_ms, lease_ttl_ms=g.lease_ttl_ms, idempotency_key=g.idempotency_key,
-        run_at_ms=g.run_at_ms, enqueued_at_ms=g.enqueued_at_ms,
+        ref=pb.LeaseRef(job_id=g.id, token=g.token, shard=g.shard),
+        type=g.type,
+        payload=g.payload,
+        priority=priority_to_pb(g.priority),
+        attempt=g.attempt,
+        max_attempts=g.max_attempts,
+        deadline_ms=g.deadline_ms,
+        lease_ttl_ms=g.lease_ttl_ms,
+        idempotency_key=g.idempotency_key,
+        run_at_ms=g.run_at_ms,
+        enqueued_at_ms=g.enqueued_at_ms,
     )
 
 

@@ -124,7 +124,9 @@ class StatusWriter:
                 self._committing = {}
                 for job_id, (shard, update) in batch.items():  # keep them, older under newer
                     newer = self._pending.get(job_id)
-                    self._pending[job_id] = (shard, newer[1].merged_over(update)) if newer else (shard, update)
+                    self._pending[job_id] = (
+                        (shard, newer[1].merged_over(update)) if newer else (shard, update)
+                    )
                 raise
             self._committing = {}
             for shard, update in batch.values():
@@ -156,17 +158,34 @@ LEASE_EXPIRED_ERROR = "lease expired: the worker crashed, hung or disconnected"
 
 
 def lease_update(grant: Grant, now: int) -> StoreUpdate:
-    return StoreUpdate(grant.id, "leased", lease_until=grant.deadline_ms, attempts=grant.attempt, started_at=now)
+    return StoreUpdate(
+        grant.id, "leased", lease_until=grant.deadline_ms, attempts=grant.attempt, started_at=now
+    )
 
 
-def transition_update(t: Transition, now: int, *, error: str | None = None, result: bytes | None = None) -> StoreUpdate:
+def transition_update(
+    t: Transition, now: int, *, error: str | None = None, result: bytes | None = None
+) -> StoreUpdate:
     """The DB row for a job after an ack, nack, expiry or cancel in Redis."""
     state = str(t.state)
     if state == "delayed":
-        return StoreUpdate(t.id, state, run_at=t.run_at_ms, attempts=t.attempts, failures=t.failures,
-                           expirations=t.expirations, last_error=error)
+        return StoreUpdate(
+            t.id,
+            state,
+            run_at=t.run_at_ms,
+            attempts=t.attempts,
+            failures=t.failures,
+            expirations=t.expirations,
+            last_error=error,
+        )
     return StoreUpdate(
-        t.id, state, attempts=t.attempts or None, failures=t.failures if t.attempts else None,
-        expirations=t.expirations if t.attempts else None, last_error=error,
-        dead_reason=t.dead_reason or None if state == "dead" else None, result=result, finished_at=now,
+        t.id,
+        state,
+        attempts=t.attempts or None,
+        failures=t.failures if t.attempts else None,
+        expirations=t.expirations if t.attempts else None,
+        last_error=error,
+        dead_reason=t.dead_reason or None if state == "dead" else None,
+        result=result,
+        finished_at=now,
     )

@@ -75,17 +75,26 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         types = sorted({validation.job_type(t, "hello.job_types[]") for t in hello.job_types})
         if not 1 <= hello.concurrency <= MAX_CONCURRENCY:
             raise InvalidArgument(f"hello.concurrency: must be in 1..{MAX_CONCURRENCY}")
-        refs = [validation.lease_ref(r, f"hello.held[{i}]", self.app.settings.shard_count)
-                for i, r in enumerate(hello.held)]
+        refs = [
+            validation.lease_ref(r, f"hello.held[{i}]", self.app.settings.shard_count)
+            for i, r in enumerate(hello.held)
+        ]
         session = WorkerSession(self.app, hello.worker_id, types, hello.concurrency, peer)
         self.app.sessions.add(session)
-        session.send(pb.DispatcherMessage(welcome=pb.Welcome(
-            dispatcher_id=self.app.dispatcher_id, protocol=PROTOCOL_VERSION,
-            heartbeat_interval_ms=max(100, self.app.settings.lease_ttl_ms // 3),
-        )))
+        session.send(
+            pb.DispatcherMessage(
+                welcome=pb.Welcome(
+                    dispatcher_id=self.app.dispatcher_id,
+                    protocol=PROTOCOL_VERSION,
+                    heartbeat_interval_ms=max(100, self.app.settings.lease_ttl_ms // 3),
+                )
+            )
+        )
         if refs:
             await self._extend(session, refs, reclaim=True)
-        session.log.info("worker connected", types=types, concurrency=hello.concurrency, reclaimed=len(session.held))
+        session.log.info(
+            "worker connected", types=types, concurrency=hello.concurrency, reclaimed=len(session.held)
+        )
         return session
 
     async def _read(self, session: WorkerSession, requests: AsyncIterator[pb.WorkerMessage]) -> None:
@@ -96,8 +105,10 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 if kind == "credit":
                     session.add_credit(message.credit.slots)
                 elif kind == "heartbeat":
-                    refs = [validation.lease_ref(r, f"heartbeat.leases[{i}]", shards)
-                            for i, r in enumerate(message.heartbeat.leases)]
+                    refs = [
+                        validation.lease_ref(r, f"heartbeat.leases[{i}]", shards)
+                        for i, r in enumerate(message.heartbeat.leases)
+                    ]
                     await self._extend(session, refs, reclaim=False)
                 elif kind == "acks":
                     await self._ack(session, message.acks)
@@ -120,7 +131,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             pass
         session.close()
 
-    async def _extend(self, session: WorkerSession, refs: list[tuple[str, str, int]], *, reclaim: bool) -> None:
+    async def _extend(
+        self, session: WorkerSession, refs: list[tuple[str, str, int]], *, reclaim: bool
+    ) -> None:
         extended, rejected, cancels = [], [], []
         now = now_ms()
         for shard, group in _by_shard(refs).items():
@@ -176,10 +189,14 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     raise InvalidArgument(f"nacks[{i}].retry_delay_ms: out of range")
                 delay = nack.retry_delay_ms
             reason = "no_handler" if nack.no_handler else ("" if nack.retryable else "not_retryable")
-            items.append((job_id, token, shard, NackSpec(job_id, token, reason, delay), nack.error[:MAX_ERROR_CHARS]))
+            items.append(
+                (job_id, token, shard, NackSpec(job_id, token, reason, delay), nack.error[:MAX_ERROR_CHARS])
+            )
         now = now_ms()
         for shard, group in _by_shard(items).items():
-            results = await self.app.working_set.retry(shard, now, [g[3] for g in group], self.app.settings.retry)
+            results = await self.app.working_set.retry(
+                shard, now, [g[3] for g in group], self.app.settings.retry
+            )
             for (job_id, token, _, _, error), t in zip(group, results, strict=True):
                 session.forget(job_id)
                 if t is None:

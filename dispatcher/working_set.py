@@ -123,8 +123,14 @@ class WorkingSet:
     # -- leases ------------------------------------------------------------------
 
     async def lease(
-        self, shard: int, epoch: int, now: int, job_types: Sequence[str], picks: Sequence[int],
-        *, fallback: bool = True,
+        self,
+        shard: int,
+        epoch: int,
+        now: int,
+        job_types: Sequence[str],
+        picks: Sequence[int],
+        *,
+        fallback: bool = True,
     ) -> tuple[list[Grant], list[Priority]]:
         """Lease one job per pick. Returns the grants and the picks left unfilled."""
         k = ShardKeys(shard)
@@ -204,8 +210,14 @@ class WorkingSet:
                 continue
             out.append(
                 Transition(
-                    n.id, shard, _OUTCOMES[int(outcome)], int(run_at), int(attempts), int(failures),
-                    int(expirations), _s(reason),
+                    n.id,
+                    shard,
+                    _OUTCOMES[int(outcome)],
+                    int(run_at),
+                    int(attempts),
+                    int(failures),
+                    int(expirations),
+                    _s(reason),
                 )
             )
         return out
@@ -217,8 +229,16 @@ class WorkingSet:
         k = ShardKeys(shard)
         r = await self.scripts.reap_leases(
             keys=[k.meta, k.jobs, k.payloads, k.leased, k.delayed, k.counts],
-            args=[epoch, now, limit, policy.base_ms, policy.cap_ms, policy.jitter,
-                  int(policy.count_expirations), random.random()],
+            args=[
+                epoch,
+                now,
+                limit,
+                policy.base_ms,
+                policy.cap_ms,
+                policy.jitter,
+                int(policy.count_expirations),
+                random.random(),
+            ],
         )
         _check_owner(r, shard)
         out = []
@@ -226,7 +246,13 @@ class WorkingSet:
             state = _OUTCOMES[int(r[i + 1])]
             out.append(
                 Transition(
-                    _s(r[i]), shard, state, int(r[i + 2]), int(r[i + 3]), int(r[i + 4]), int(r[i + 5]),
+                    _s(r[i]),
+                    shard,
+                    state,
+                    int(r[i + 2]),
+                    int(r[i + 3]),
+                    int(r[i + 4]),
+                    int(r[i + 5]),
                     str(DeadReason.LEASE_EXPIRED) if state is JobState.DEAD else "",
                 )
             )

@@ -56,7 +56,9 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (OUT / name).write_text(text)
-    (OUT / "__init__.py").write_text('"""Generated protobuf and gRPC code: edit proto/, then run scripts/gen_proto.py."""\n')
+    (OUT / "__init__.py").write_text(
+        '"""Generated protobuf and gRPC code: edit proto/, then run scripts/gen_proto.py."""\n'
+    )
     return 0
 
 

@@ -15,7 +15,10 @@ from ._convert import STATUS_NAMES, JobInfo, QueueStats, dead_filter, job_spec
 from ._errors import from_rpc_error
 
 DEFAULT_TARGET = "127.0.0.1:7070"
-CHANNEL_OPTIONS = [("grpc.max_send_message_length", 256 << 20), ("grpc.max_receive_message_length", 256 << 20)]
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", 256 << 20),
+    ("grpc.max_receive_message_length", 256 << 20),
+]
 
 
 def resolve_target(target: str | None) -> str:
@@ -74,13 +77,20 @@ class Client:
     def stats(self) -> list[QueueStats]:
         return [QueueStats.from_pb(q) for q in self._call("Stats", pb.StatsRequest()).queues]
 
-    def dead_letters(self, *, job_type: str | None = None, reason: str | None = None, limit: int = 100,
-                     after_id: str = "") -> list[JobInfo]:
+    def dead_letters(
+        self, *, job_type: str | None = None, reason: str | None = None, limit: int = 100, after_id: str = ""
+    ) -> list[JobInfo]:
         request = pb.ListDeadRequest(filter=dead_filter(job_type, reason), limit=limit, after_id=after_id)
         return [JobInfo.from_pb(j) for j in self._call("ListDead", request).jobs]
 
-    def requeue_dead(self, job_ids: Iterable[str] = (), *, all: bool = False, job_type: str | None = None,
-                     reason: str | None = None) -> int:
+    def requeue_dead(
+        self,
+        job_ids: Iterable[str] = (),
+        *,
+        all: bool = False,
+        job_type: str | None = None,
+        reason: str | None = None,
+    ) -> int:
         request = pb.RequeueDeadRequest(job_ids=list(job_ids), all=all, filter=dead_filter(job_type, reason))
         return int(self._call("RequeueDead", request).requeued)
 
@@ -132,13 +142,20 @@ class AsyncClient:
     async def stats(self) -> list[QueueStats]:
         return [QueueStats.from_pb(q) for q in (await self._call("Stats", pb.StatsRequest())).queues]
 
-    async def dead_letters(self, *, job_type: str | None = None, reason: str | None = None, limit: int = 100,
-                           after_id: str = "") -> list[JobInfo]:
+    async def dead_letters(
+        self, *, job_type: str | None = None, reason: str | None = None, limit: int = 100, after_id: str = ""
+    ) -> list[JobInfo]:
         request = pb.ListDeadRequest(filter=dead_filter(job_type, reason), limit=limit, after_id=after_id)
         return [JobInfo.from_pb(j) for j in (await self._call("ListDead", request)).jobs]
 
-    async def requeue_dead(self, job_ids: Iterable[str] = (), *, all: bool = False, job_type: str | None = None,
-                           reason: str | None = None) -> int:
+    async def requeue_dead(
+        self,
+        job_ids: Iterable[str] = (),
+        *,
+        all: bool = False,
+        job_type: str | None = None,
+        reason: str | None = None,
+    ) -> int:
         request = pb.RequeueDeadRequest(job_ids=list(job_ids), all=all, filter=dead_filter(job_type, reason))
         return int((await self._call("RequeueDead", request)).requeued)
 

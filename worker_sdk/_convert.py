@@ -13,13 +13,19 @@ from dispatcher._pb import shardq_pb2 as pb
 PRIORITIES = {"high": pb.PRIORITY_HIGH, "default": pb.PRIORITY_DEFAULT, "low": pb.PRIORITY_LOW}
 PRIORITY_NAMES = {v: k for k, v in PRIORITIES.items()}
 STATUS_NAMES = {
-    pb.JOB_STATUS_DELAYED: "delayed", pb.JOB_STATUS_READY: "ready", pb.JOB_STATUS_LEASED: "leased",
-    pb.JOB_STATUS_SUCCEEDED: "succeeded", pb.JOB_STATUS_DEAD: "dead", pb.JOB_STATUS_CANCELLED: "cancelled",
+    pb.JOB_STATUS_DELAYED: "delayed",
+    pb.JOB_STATUS_READY: "ready",
+    pb.JOB_STATUS_LEASED: "leased",
+    pb.JOB_STATUS_SUCCEEDED: "succeeded",
+    pb.JOB_STATUS_DEAD: "dead",
+    pb.JOB_STATUS_CANCELLED: "cancelled",
     pb.JOB_STATUS_UNSPECIFIED: "unknown",
 }
 REASONS = {
-    "handler_error": pb.DEAD_REASON_HANDLER_ERROR, "not_retryable": pb.DEAD_REASON_NOT_RETRYABLE,
-    "lease_expired": pb.DEAD_REASON_LEASE_EXPIRED, "no_handler": pb.DEAD_REASON_NO_HANDLER,
+    "handler_error": pb.DEAD_REASON_HANDLER_ERROR,
+    "not_retryable": pb.DEAD_REASON_NOT_RETRYABLE,
+    "lease_expired": pb.DEAD_REASON_LEASE_EXPIRED,
+    "no_handler": pb.DEAD_REASON_NO_HANDLER,
 }
 REASON_NAMES = {v: k for k, v in REASONS.items()}
 
@@ -53,8 +59,12 @@ def job_spec(
 ) -> pb.JobSpec:
     if priority not in PRIORITIES:
         raise ValueError(f"unknown priority {priority!r}: use high, default or low")
-    spec = pb.JobSpec(type=job_type, payload=encode_payload(payload), priority=PRIORITIES[priority],
-                      idempotency_key=idempotency_key or "")
+    spec = pb.JobSpec(
+        type=job_type,
+        payload=encode_payload(payload),
+        priority=PRIORITIES[priority],
+        idempotency_key=idempotency_key or "",
+    )
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both")
     if run_at is not None:
@@ -99,12 +109,25 @@ class JobInfo:
     @classmethod
     def from_pb(cls, j: pb.Job) -> JobInfo:
         return cls(
-            id=j.id, type=j.type, status=STATUS_NAMES.get(j.status, "unknown"),
-            priority=PRIORITY_NAMES.get(j.priority, "default"), payload=j.payload, attempts=j.attempts,
-            failures=j.failures, expirations=j.expirations, max_attempts=j.max_attempts, run_at_ms=j.run_at_ms,
-            enqueued_at_ms=j.enqueued_at_ms, started_at_ms=j.started_at_ms, finished_at_ms=j.finished_at_ms,
-            lease_until_ms=j.lease_until_ms, last_error=j.last_error, dead_reason=REASON_NAMES.get(j.dead_reason, ""),
-            idempotency_key=j.idempotency_key, result=j.result, shard=j.shard,
+            id=j.id,
+            type=j.type,
+            status=STATUS_NAMES.get(j.status, "unknown"),
+            priority=PRIORITY_NAMES.get(j.priority, "default"),
+            payload=j.payload,
+            attempts=j.attempts,
+            failures=j.failures,
+            expirations=j.expirations,
+            max_attempts=j.max_attempts,
+            run_at_ms=j.run_at_ms,
+            enqueued_at_ms=j.enqueued_at_ms,
+            started_at_ms=j.started_at_ms,
+            finished_at_ms=j.finished_at_ms,
+            lease_until_ms=j.lease_until_ms,
+            last_error=j.last_error,
+            dead_reason=REASON_NAMES.get(j.dead_reason, ""),
+            idempotency_key=j.idempotency_key,
+            result=j.result,
+            shard=j.shard,
         )
 
 
@@ -120,8 +143,15 @@ class QueueStats:
 
     @classmethod
     def from_pb(cls, q: pb.QueueStats) -> QueueStats:
-        return cls(q.type, PRIORITY_NAMES.get(q.priority, "default"), q.delayed, q.ready, q.leased, q.dead,
-                   q.oldest_ready_age_ms)
+        return cls(
+            q.type,
+            PRIORITY_NAMES.get(q.priority, "default"),
+            q.delayed,
+            q.ready,
+            q.leased,
+            q.dead,
+            q.oldest_ready_age_ms,
+        )
 
 
 def dead_filter(job_type: str | None, reason: str | None) -> pb.DeadFilter:

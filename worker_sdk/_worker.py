@@ -175,8 +175,11 @@ class Worker:
                     self._wake_sender.set()
                     await asyncio.sleep(0.01)
         except TimeoutError:
-            self.log.warning("results not delivered before exit", acks=len(self._unsent.acks),
-                             nacks=len(self._unsent.nacks))
+            self.log.warning(
+                "results not delivered before exit",
+                acks=len(self._unsent.acks),
+                nacks=len(self._unsent.nacks),
+            )
 
     # -- connection --------------------------------------------------------------------------------
 
@@ -194,9 +197,10 @@ class Worker:
                     self.log.error("dispatcher rejected this worker", error=exc.details())
                     self._stopping.set()
                     return
-                self.log.warning("stream to dispatcher failed", target=target, code=exc.code().name,
-                                 error=exc.details())
-            except (OSError, asyncio.TimeoutError) as exc:
+                self.log.warning(
+                    "stream to dispatcher failed", target=target, code=exc.code().name, error=exc.details()
+                )
+            except (TimeoutError, OSError) as exc:
                 self.log.warning("cannot reach dispatcher", target=target, error=str(exc))
             finally:
                 self._connected.clear()
@@ -210,8 +214,16 @@ class Worker:
         call = stub.Connect()
         held = [r.ref for r in self._running.values() if not r.lost]
         held += [a.lease for a in self._unsent.acks] + [n.lease for n in self._unsent.nacks]
-        await call.write(pb.WorkerMessage(hello=pb.Hello(
-            worker_id=self.worker_id, job_types=sorted(self.handlers), concurrency=self.concurrency, held=held)))
+        await call.write(
+            pb.WorkerMessage(
+                hello=pb.Hello(
+                    worker_id=self.worker_id,
+                    job_types=sorted(self.handlers),
+                    concurrency=self.concurrency,
+                    held=held,
+                )
+            )
+        )
         self._granted = 0
         sender = asyncio.create_task(self._sender(call), name="shardq-sender")
         heartbeat = asyncio.create_task(self._heartbeats(call), name="shardq-heartbeat")
@@ -238,11 +250,16 @@ class Worker:
                     if running is not None and running.ref.token == message.cancel.ref.token:
                         running.cancelled_by_dispatcher = True
                         running.ctx._cancelled.set()
-                        if running.task is not None and inspect.iscoroutinefunction(self.handlers.get(running.ctx.type)):
+                        if running.task is not None and inspect.iscoroutinefunction(
+                            self.handlers.get(running.ctx.type)
+                        ):
                             running.task.cancel()
                 elif kind == "redirect":
-                    self.log.info("redirected", target=message.redirect.target or "(same)",
-                                  reason=message.redirect.reason)
+                    self.log.info(
+                        "redirected",
+                        target=message.redirect.target or "(same)",
+                        reason=message.redirect.reason,
+                    )
                     return message.redirect.target or None
         finally:
             sender.cancel()
@@ -297,10 +314,17 @@ class Worker:
 
     def _start(self, lease: pb.Lease) -> None:
         ctx = JobContext(
-            job_id=lease.ref.job_id, type=lease.type, payload=lease.payload, attempt=lease.attempt,
-            max_attempts=lease.max_attempts, priority=PRIORITY_NAMES.get(lease.priority, "default"),
-            deadline=ms_to_datetime(lease.deadline_ms), idempotency_key=lease.idempotency_key,
-            run_at=ms_to_datetime(lease.run_at_ms), token=lease.ref.token, shard=lease.ref.shard,
+            job_id=lease.ref.job_id,
+            type=lease.type,
+            payload=lease.payload,
+            attempt=lease.attempt,
+            max_attempts=lease.max_attempts,
+            priority=PRIORITY_NAMES.get(lease.priority, "default"),
+            deadline=ms_to_datetime(lease.deadline_ms),
+            idempotency_key=lease.idempotency_key,
+            run_at=ms_to_datetime(lease.run_at_ms),
+            token=lease.ref.token,
+            shard=lease.ref.shard,
         )
         running = _Running(ref=lease.ref, ctx=ctx, ttl_ms=lease.lease_ttl_ms)
         self._running[ctx.job_id] = running
@@ -334,13 +358,19 @@ class Worker:
         except SkipRetry as exc:
             outcome = pb.Nack(lease=running.ref, error=_describe(exc), retryable=False)
         except TimeoutError:
-            outcome = pb.Nack(lease=running.ref, error=f"timed out after {self.job_timeout} s", retryable=True)
+            outcome = pb.Nack(
+                lease=running.ref, error=f"timed out after {self.job_timeout} s", retryable=True
+            )
         except asyncio.CancelledError:
             if running.cancelled_by_dispatcher:
                 outcome = pb.Nack(lease=running.ref, error="cancelled", retryable=False)
             else:
-                outcome = pb.Nack(lease=running.ref, error="worker shut down before the job finished",
-                                  retryable=True, retry_delay_ms=0)
+                outcome = pb.Nack(
+                    lease=running.ref,
+                    error="worker shut down before the job finished",
+                    retryable=True,
+                    retry_delay_ms=0,
+                )
         except Exception as exc:
             outcome = pb.Nack(lease=running.ref, error=_describe(exc), retryable=True)
         finally:

@@ -74,7 +74,15 @@ class StoreUpdate:
         """This (newer) update, keeping the older one's values where this leaves a column unchanged."""
         keep = {
             name: getattr(older, name)
-            for name in ("run_at", "attempts", "failures", "expirations", "last_error", "result", "started_at")
+            for name in (
+                "run_at",
+                "attempts",
+                "failures",
+                "expirations",
+                "last_error",
+                "result",
+                "started_at",
+            )
             if getattr(self, name) is None
         }
         return StoreUpdate(**{**self.__dict__, **keep})
@@ -139,7 +147,8 @@ class Store(abc.ABC):
         applied: list[str] = []
         async with self.transaction() as tx:
             await tx.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (version TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)"
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)"
             )
             done = {r[0] for r in await tx.execute("SELECT version FROM schema_migrations")}
             for name in names:
@@ -189,8 +198,20 @@ class Store(abc.ABC):
             await tx.executemany(
                 _INSERT,
                 [
-                    (r.id, r.type, r.shard, r.priority, r.payload, r.status, r.run_at, r.max_attempts,
-                     r.lease_ttl_ms, r.idem_key, r.enqueued_at, r.updated_at)
+                    (
+                        r.id,
+                        r.type,
+                        r.shard,
+                        r.priority,
+                        r.payload,
+                        r.status,
+                        r.run_at,
+                        r.max_attempts,
+                        r.lease_ttl_ms,
+                        r.idem_key,
+                        r.enqueued_at,
+                        r.updated_at,
+                    )
                     for r in rows
                 ],
             )
@@ -216,8 +237,21 @@ class Store(abc.ABC):
             await tx.executemany(
                 _UPDATE,
                 [
-                    (u.status, u.run_at, u.lease_until, u.attempts, u.failures, u.expirations, u.last_error,
-                     u.dead_reason, u.result, u.started_at, u.finished_at, now, u.id)
+                    (
+                        u.status,
+                        u.run_at,
+                        u.lease_until,
+                        u.attempts,
+                        u.failures,
+                        u.expirations,
+                        u.last_error,
+                        u.dead_reason,
+                        u.result,
+                        u.started_at,
+                        u.finished_at,
+                        now,
+                        u.id,
+                    )
                     for u in updates
                 ],
             )
@@ -257,7 +291,8 @@ class Store(abc.ABC):
         sql, params = where.where()
         async with self.transaction() as tx:
             rows = await tx.execute(
-                f"SELECT {COLUMNS} FROM jobs WHERE {sql} AND id > ? ORDER BY id LIMIT ?", [*params, after_id, limit]
+                f"SELECT {COLUMNS} FROM jobs WHERE {sql} AND id > ? ORDER BY id LIMIT ?",
+                [*params, after_id, limit],
             )
         return [JobRow.from_row(r) for r in rows]
 

@@ -34,7 +34,9 @@ def start_dispatcher(tmp_path: Path) -> Iterator[Callable[..., DispatcherProcess
 
 
 @pytest.fixture
-def dispatcher(start_dispatcher: Callable[..., DispatcherProcess], redis_url: str, db_url: str) -> DispatcherProcess:
+def dispatcher(
+    start_dispatcher: Callable[..., DispatcherProcess], redis_url: str, db_url: str
+) -> DispatcherProcess:
     return start_dispatcher(redis_url, db_url)
 
 

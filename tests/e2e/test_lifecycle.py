@@ -28,11 +28,15 @@ def test_thousand_jobs_across_types_and_priorities_each_run_once(dispatcher, sta
     for _ in range(2):
         start_worker(dispatcher.target, types=",".join(types), concurrency=8)
     with Client(dispatcher.target) as client:
-        jobs = [{"type": types[i % 4], "payload": {"i": i}, "priority": ("high", "default", "low")[i % 3]}
-                for i in range(1000)]
+        jobs = [
+            {"type": types[i % 4], "payload": {"i": i}, "priority": ("high", "default", "low")[i % 3]}
+            for i in range(1000)
+        ]
         ids = client.enqueue_many(jobs)
         assert len(set(ids)) == 1000
-        wait_until(lambda: len(_ends(ledger)) >= 1000, timeout=60, message=lambda: f"{len(_ends(ledger))} done")
+        wait_until(
+            lambda: len(_ends(ledger)) >= 1000, timeout=60, message=lambda: f"{len(_ends(ledger))} done"
+        )
         per_job = Counter(e["job"] for e in _starts(ledger))
         assert set(per_job) == set(ids)
         assert max(per_job.values()) == 1, "a job ran twice although nothing failed"
@@ -100,10 +104,12 @@ def test_delayed_jobs_start_on_time_never_early(dispatcher, start_worker, ledger
 
 def test_priority_flood_of_low_does_not_starve_high(dispatcher, start_worker, ledger):
     with Client(dispatcher.target) as client:
-        client.enqueue_many([{"type": "sleep_l", "payload": {"sleep": 0.01}, "priority": "low"}
-                             for _ in range(400)])
-        client.enqueue_many([{"type": "sleep_h", "payload": {"sleep": 0.01}, "priority": "high"}
-                             for _ in range(40)])
+        client.enqueue_many(
+            [{"type": "sleep_l", "payload": {"sleep": 0.01}, "priority": "low"} for _ in range(400)]
+        )
+        client.enqueue_many(
+            [{"type": "sleep_h", "payload": {"sleep": 0.01}, "priority": "high"} for _ in range(40)]
+        )
         start_worker(dispatcher.target, types="sleep_l,sleep_h", concurrency=2)
         wait_until(lambda: len(_ends(ledger)) >= 100, timeout=30)
     first = [e["priority"] for e in _starts(ledger)[:44]]
@@ -113,10 +119,12 @@ def test_priority_flood_of_low_does_not_starve_high(dispatcher, start_worker, le
 
 def test_priority_steady_high_still_lets_low_through(dispatcher, start_worker, ledger):
     with Client(dispatcher.target) as client:
-        client.enqueue_many([{"type": "sleep_h", "payload": {"sleep": 0.005}, "priority": "high"}
-                             for _ in range(300)])
-        client.enqueue_many([{"type": "sleep_l", "payload": {"sleep": 0.005}, "priority": "low"}
-                             for _ in range(300)])
+        client.enqueue_many(
+            [{"type": "sleep_h", "payload": {"sleep": 0.005}, "priority": "high"} for _ in range(300)]
+        )
+        client.enqueue_many(
+            [{"type": "sleep_l", "payload": {"sleep": 0.005}, "priority": "low"} for _ in range(300)]
+        )
         start_worker(dispatcher.target, types="sleep_l,sleep_h", concurrency=2)
         wait_until(lambda: len(_ends(ledger)) >= 200, timeout=30)
     first = [e["priority"] for e in _starts(ledger)[:200]]
@@ -137,9 +145,13 @@ def test_idempotency_key_dedups(dispatcher, start_worker, ledger):
     with Client(dispatcher.target) as client:
         first = client.enqueue("noop", {"v": 1}, idempotency_key="order-42")
         again = client.enqueue("noop", {"v": 2}, idempotency_key="order-42")
-        batch = client.enqueue_many([{"type": "noop", "idempotency_key": "order-42"},
-                                     {"type": "noop", "idempotency_key": "order-43"},
-                                     {"type": "noop", "idempotency_key": "order-43"}])
+        batch = client.enqueue_many(
+            [
+                {"type": "noop", "idempotency_key": "order-42"},
+                {"type": "noop", "idempotency_key": "order-43"},
+                {"type": "noop", "idempotency_key": "order-43"},
+            ]
+        )
         assert again == first and batch[0] == first and batch[1] == batch[2] != first
         start_worker(dispatcher.target, types="noop")
         wait_until(lambda: len(_ends(ledger)) == 2, timeout=20)
@@ -170,21 +182,28 @@ def test_cancel_delayed_and_running_jobs(dispatcher, start_worker, ledger):
 def test_redis_data_loss_loses_no_job(loss, start_dispatcher, private_redis, db_url, start_worker, ledger):
     proc = start_dispatcher(private_redis.url, db_url)
     with Client(proc.target) as client:
-        sleepers = client.enqueue_many([{"type": "sleep", "payload": {"sleep": 1.5}, "lease_ttl": 30}
-                                        for _ in range(8)])
+        sleepers = client.enqueue_many(
+            [{"type": "sleep", "payload": {"sleep": 1.5}, "lease_ttl": 30} for _ in range(8)]
+        )
         start_worker(proc.target, types="sleep,noop", concurrency=8)
         ready = client.enqueue_many([{"type": "noop", "payload": {"i": i}} for i in range(600)])
-        delayed = client.enqueue_many([{"type": "noop", "payload": {"i": i}, "delay": 2.0} for i in range(400)])
+        delayed = client.enqueue_many(
+            [{"type": "noop", "payload": {"i": i}, "delay": 2.0} for i in range(400)]
+        )
         wait_until(lambda: len({e["job"] for e in _starts(ledger)} & set(sleepers)) == 8, timeout=10)
         if loss == "flushall":
             private_redis.client().flushall()
         else:
             private_redis.restart()
         everything = set(sleepers + ready + delayed)
-        wait_until(lambda: everything <= {e["job"] for e in _ends(ledger)}, timeout=60,
-                   message=lambda: f"{len(everything - {e['job'] for e in _ends(ledger)})} jobs not done")
-        wait_until(lambda: all(client.get_job(i).status == "succeeded" for i in sleepers + delayed[:20]),
-                   timeout=20)
+        wait_until(
+            lambda: everything <= {e["job"] for e in _ends(ledger)},
+            timeout=60,
+            message=lambda: f"{len(everything - {e['job'] for e in _ends(ledger)})} jobs not done",
+        )
+        wait_until(
+            lambda: all(client.get_job(i).status == "succeeded" for i in sleepers + delayed[:20]), timeout=20
+        )
 
 
 def test_worker_sigterm_finishes_in_flight_job(dispatcher, start_worker, ledger):

@@ -47,10 +47,21 @@ class DispatcherProcess:
     def start(self, timeout: float = 30.0) -> DispatcherProcess:
         self.starts += 1
         log = open(self.log_dir / f"dispatcher-{self.port}-{self.starts}.log", "wb")  # noqa: SIM115
-        env = _env({"SHARDQ_REDIS_URL": self.redis_url, "SHARDQ_DB_URL": self.db_url,
-                    "SHARDQ_LISTEN": self.target, **self.settings})
-        self.process = subprocess.Popen([sys.executable, "-m", "dispatcher.cli", "run"], env=env,
-                                        stdout=log, stderr=subprocess.STDOUT, cwd=self.log_dir)
+        env = _env(
+            {
+                "SHARDQ_REDIS_URL": self.redis_url,
+                "SHARDQ_DB_URL": self.db_url,
+                "SHARDQ_LISTEN": self.target,
+                **self.settings,
+            }
+        )
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "dispatcher.cli", "run"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.log_dir,
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -101,10 +112,31 @@ class DispatcherProcess:
 class WorkerProcess:
     """``python -m tests.support.worker_app`` as a child process."""
 
-    def __init__(self, target: str, ledger: Path, log_dir: Path, types: str = "noop", concurrency: int = 16,
-                 worker_id: str | None = None, grace: float = 5.0) -> None:
-        self.args = [sys.executable, "-m", "tests.support.worker_app", "--target", target, "--ledger", str(ledger),
-                     "--types", types, "--concurrency", str(concurrency), "--grace", str(grace)]
+    def __init__(
+        self,
+        target: str,
+        ledger: Path,
+        log_dir: Path,
+        types: str = "noop",
+        concurrency: int = 16,
+        worker_id: str | None = None,
+        grace: float = 5.0,
+    ) -> None:
+        self.args = [
+            sys.executable,
+            "-m",
+            "tests.support.worker_app",
+            "--target",
+            target,
+            "--ledger",
+            str(ledger),
+            "--types",
+            types,
+            "--concurrency",
+            str(concurrency),
+            "--grace",
+            str(grace),
+        ]
         if worker_id:
             self.args += ["--worker-id", worker_id]
         self.log_path = log_dir / f"worker-{free_port()}.log"
@@ -112,7 +144,9 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         log = open(self.log_path, "wb")  # noqa: SIM115
-        self.process = subprocess.Popen(self.args, env=_env({}), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.process = subprocess.Popen(
+            self.args, env=_env({}), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
+        )
         log.close()
         return self
 

@@ -16,10 +16,20 @@ class RawWorker:
         self.channel = grpc.aio.insecure_channel(target)
         self.call: Any = pb_grpc.WorkerServiceStub(self.channel).Connect()
 
-    async def hello(self, worker_id: str, job_types: list[str], concurrency: int = 1,
-                    held: list[pb.LeaseRef] | None = None) -> pb.Welcome:
-        await self.call.write(pb.WorkerMessage(hello=pb.Hello(
-            worker_id=worker_id, job_types=job_types, concurrency=concurrency, held=held or [])))
+    async def hello(
+        self,
+        worker_id: str,
+        job_types: list[str],
+        concurrency: int = 1,
+        held: list[pb.LeaseRef] | None = None,
+    ) -> pb.Welcome:
+        await self.call.write(
+            pb.WorkerMessage(
+                hello=pb.Hello(
+                    worker_id=worker_id, job_types=job_types, concurrency=concurrency, held=held or []
+                )
+            )
+        )
         message = await self.read()
         assert message.WhichOneof("msg") == "welcome", message
         return message.welcome

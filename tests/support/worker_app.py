@@ -4,10 +4,9 @@
 
 Each ledger line is JSON written with one os.write on an O_APPEND descriptor, so a line is complete
 even when the process is SIGKILLed right after.
-Handlers (by job type prefix): ``noop*`` returns at once; ``sleep*`` sleeps payload["sleep"] seconds (on attempts up to
-payload["sleep_attempts"]);
-``fail*`` always raises; ``flaky*`` raises until attempt > payload["fail_times"]; ``final*`` raises
-SkipRetry.
+Handlers (by job type prefix): ``noop*`` returns at once; ``sleep*`` sleeps payload["sleep"] seconds
+(on attempts up to payload["sleep_attempts"]); ``fail*`` always raises; ``flaky*`` raises until
+attempt > payload["fail_times"]; ``final*`` raises SkipRetry.
 """
 
 from __future__ import annotations
@@ -26,9 +25,18 @@ class Ledger:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, event: str, ctx: JobContext, **extra: object) -> None:
-        line = {"event": event, "job": ctx.job_id, "type": ctx.type, "token": ctx.token, "attempt": ctx.attempt,
-                "priority": ctx.priority, "t": time.time(), "run_at": ctx.run_at.timestamp(), "pid": os.getpid(),
-                **extra}
+        line = {
+            "event": event,
+            "job": ctx.job_id,
+            "type": ctx.type,
+            "token": ctx.token,
+            "attempt": ctx.attempt,
+            "priority": ctx.priority,
+            "t": time.time(),
+            "run_at": ctx.run_at.timestamp(),
+            "pid": os.getpid(),
+            **extra,
+        }
         os.write(self.fd, (json.dumps(line) + "\n").encode())
 
 
@@ -63,9 +71,14 @@ def main() -> None:
     parser.add_argument("--grace", type=float, default=5.0)
     args = parser.parse_args()
     ledger = Ledger(args.ledger)
-    worker = serve(handlers_for(args.types.split(","), ledger), target=args.target,
-                   concurrency=args.concurrency, worker_id=args.worker_id, shutdown_grace=args.grace,
-                   max_reconnect_delay=0.5)
+    worker = serve(
+        handlers_for(args.types.split(","), ledger),
+        target=args.target,
+        concurrency=args.concurrency,
+        worker_id=args.worker_id,
+        shutdown_grace=args.grace,
+        max_reconnect_delay=0.5,
+    )
     worker.run()
 
 

@@ -15,8 +15,13 @@ def test_defaults_match_the_mission():
 
 
 def test_from_env_reads_shardq_variables():
-    env = {"SHARDQ_REDIS_URL": "redis://r:6379/0", "SHARDQ_SHARD_COUNT": "16", "SHARDQ_RETRY_BASE_MS": "250",
-           "SHARDQ_PRIORITY_WEIGHTS": "high=8,default=2,low=1", "SHARDQ_RECONCILE_INTERVAL_S": "30.5"}
+    env = {
+        "SHARDQ_REDIS_URL": "redis://r:6379/0",
+        "SHARDQ_SHARD_COUNT": "16",
+        "SHARDQ_RETRY_BASE_MS": "250",
+        "SHARDQ_PRIORITY_WEIGHTS": "high=8,default=2,low=1",
+        "SHARDQ_RECONCILE_INTERVAL_S": "30.5",
+    }
     s = Settings.from_env(env)
     assert s.redis_url == "redis://r:6379/0" and s.shard_count == 16 and s.retry.base_ms == 250
     assert s.fairness.weights == (8, 2, 1) and s.reconcile_interval_s == 30.5
@@ -26,15 +31,18 @@ def test_overrides_win_over_env():
     assert Settings.from_env({"SHARDQ_LISTEN": "0.0.0.0:1"}, listen="127.0.0.1:2").listen == "127.0.0.1:2"
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"SHARDQ_SHARD_COUNT": "zero"}, "not a number"),
-    ({"SHARDQ_SHARD_COUNT": "0"}, "shard count"),
-    ({"SHARDQ_MAX_ATTEMPTS": "0"}, "max_attempts"),
-    ({"SHARDQ_RETRY_JITTER": "2"}, "jitter"),
-    ({"SHARDQ_PRIORITY_WEIGHTS": "1,2"}, "three"),
-    ({"SHARDQ_PRIORITY_WEIGHTS": "high=x"}, "weights"),
-    ({"SHARDQ_PRIORITY_WEIGHTS": "0,1,1"}, ">= 1"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"SHARDQ_SHARD_COUNT": "zero"}, "not a number"),
+        ({"SHARDQ_SHARD_COUNT": "0"}, "shard count"),
+        ({"SHARDQ_MAX_ATTEMPTS": "0"}, "max_attempts"),
+        ({"SHARDQ_RETRY_JITTER": "2"}, "jitter"),
+        ({"SHARDQ_PRIORITY_WEIGHTS": "1,2"}, "three"),
+        ({"SHARDQ_PRIORITY_WEIGHTS": "high=x"}, "weights"),
+        ({"SHARDQ_PRIORITY_WEIGHTS": "0,1,1"}, ">= 1"),
+    ],
+)
 def test_bad_settings_are_rejected_with_a_message(env, message):
     with pytest.raises(ConfigError, match=message):
         Settings.from_env(env)

@@ -10,12 +10,29 @@ from dispatcher.states import JobState, Priority
 
 
 @given(
-    st.text(min_size=1, max_size=50), st.sampled_from(list(Priority)), st.sampled_from(list(JobState)),
-    st.integers(0, 2**52), st.integers(1, 1000), st.integers(0, 1000), st.text(max_size=20), st.booleans(),
+    st.text(min_size=1, max_size=50),
+    st.sampled_from(list(Priority)),
+    st.sampled_from(list(JobState)),
+    st.integers(0, 2**52),
+    st.integers(1, 1000),
+    st.integers(0, 1000),
+    st.text(max_size=20),
+    st.booleans(),
 )
 def test_record_round_trips(job_type, prio, state, run_at, max_attempts, attempts, key, cancel):
-    record = JobRecord(job_type, prio, state, run_at, run_at, max_attempts, 1000, attempts=attempts,
-                       idempotency_key=key, cancel_requested=cancel, token="3:17" if attempts else "")
+    record = JobRecord(
+        job_type,
+        prio,
+        state,
+        run_at,
+        run_at,
+        max_attempts,
+        1000,
+        attempts=attempts,
+        idempotency_key=key,
+        cancel_requested=cancel,
+        token="3:17" if attempts else "",
+    )
     assert JobRecord.unpack(record.pack()) == record
 
 

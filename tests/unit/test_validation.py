@@ -14,7 +14,12 @@ S = Settings()
 
 def test_defaults_are_filled_in():
     job = job_spec(pb.JobSpec(type="email.send"), "job", S, NOW)
-    assert (job.priority, job.run_at_ms, job.max_attempts, job.lease_ttl_ms) == (Priority.DEFAULT, NOW, 5, 60_000)
+    assert (job.priority, job.run_at_ms, job.max_attempts, job.lease_ttl_ms) == (
+        Priority.DEFAULT,
+        NOW,
+        5,
+        60_000,
+    )
 
 
 def test_delay_and_run_at():
@@ -22,19 +27,22 @@ def test_delay_and_run_at():
     assert job_spec(pb.JobSpec(type="t", run_at_ms=NOW - 10), "job", S, NOW).run_at_ms == NOW - 10
 
 
-@pytest.mark.parametrize("spec, field", [
-    (pb.JobSpec(type=""), "job.type"),
-    (pb.JobSpec(type="x" * 201), "job.type"),
-    (pb.JobSpec(type="has space"), "job.type"),
-    (pb.JobSpec(type="t", priority=9), "job.priority"),
-    (pb.JobSpec(type="t", max_attempts=0), "job.max_attempts"),
-    (pb.JobSpec(type="t", lease_ttl_ms=10), "job.lease_ttl_ms"),
-    (pb.JobSpec(type="t", delay_ms=-1), "job.delay_ms"),
-    (pb.JobSpec(type="t", delay_ms=1, run_at_ms=NOW), "not both"),
-    (pb.JobSpec(type="t", run_at_ms=0), "job.run_at_ms"),
-    (pb.JobSpec(type="t", payload=b"x" * ((1 << 20) + 1)), "job.payload"),
-    (pb.JobSpec(type="t", idempotency_key="k" * 201), "job.idempotency_key"),
-])
+@pytest.mark.parametrize(
+    "spec, field",
+    [
+        (pb.JobSpec(type=""), "job.type"),
+        (pb.JobSpec(type="x" * 201), "job.type"),
+        (pb.JobSpec(type="has space"), "job.type"),
+        (pb.JobSpec(type="t", priority=9), "job.priority"),
+        (pb.JobSpec(type="t", max_attempts=0), "job.max_attempts"),
+        (pb.JobSpec(type="t", lease_ttl_ms=10), "job.lease_ttl_ms"),
+        (pb.JobSpec(type="t", delay_ms=-1), "job.delay_ms"),
+        (pb.JobSpec(type="t", delay_ms=1, run_at_ms=NOW), "not both"),
+        (pb.JobSpec(type="t", run_at_ms=0), "job.run_at_ms"),
+        (pb.JobSpec(type="t", payload=b"x" * ((1 << 20) + 1)), "job.payload"),
+        (pb.JobSpec(type="t", idempotency_key="k" * 201), "job.idempotency_key"),
+    ],
+)
 def test_bad_fields_name_the_field(spec, field):
     with pytest.raises(InvalidArgument, match=field.replace(".", r"\.")):
         job_spec(spec, "job", S, NOW)

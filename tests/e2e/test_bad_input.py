@@ -1,0 +1,380 @@
+"""Bad input, end to end: every malformed request is refused with INVALID_ARGUMENT naming the field,
+and nothing is written (not to Redis, not to the DB). Real dispatcher processes, raw gRPC stubs (the
+Python client validates some fields itself), raw worker streams, raw TCP garbage, and dispatcherctl."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import re
+import socket
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import psycopg
+import pytest
+import redis
+
+from dispatcher._pb import shardq_pb2 as pb
+from dispatcher._pb import shardq_pb2_grpc as pb_grpc
+from tests.support.processes import ROOT, read_ledger
+from tests.support.wait import wait_until
+from worker_sdk import Client
+
+MiB = 1 << 20
+DAY_MS = 24 * 3600 * 1000
+CENTURY_MS = 100 * 365 * DAY_MS
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def count_jobs(db_url: str) -> int:
+    """Rows in the jobs table, read straight from the database (not through the dispatcher)."""
+    if db_url.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
+    with psycopg.connect(db_url, autocommit=True, connect_timeout=10) as conn:
+        row = conn.execute("SELECT COUNT(*) FROM jobs").fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def redis_dbsize(redis_url: str) -> int:
+    with redis.Redis.from_url(redis_url) as r:
+        return int(r.dbsize())
+
+
+def spec(job_type: str = "noop", **fields: Any) -> pb.JobSpec:
+    return pb.JobSpec(type=job_type, **fields)
+
+
+def enqueue(**fields: Any) -> tuple[str, Any]:
+    return "Enqueue", pb.EnqueueRequest(job=spec(**fields))
+
+
+def batch_with_bad_fifth(**bad: Any) -> tuple[str, Any]:
+    jobs = [spec(payload=b'{"i": %d}' % i) for i in range(10)]
+    jobs[5] = spec(**bad)
+    return "EnqueueMany", pb.EnqueueManyRequest(jobs=jobs)
+
+
+# (description, (method, request), substrings the details must contain)
+JOB_SERVICE_CASES: list[tuple[str, tuple[str, Any], tuple[str, ...]]] = [
+    ("empty type", enqueue(job_type=""), ("type",)),
+    ("201-character type", enqueue(job_type="a" * 201), ("type",)),
+    ("type with a space", enqueue(job_type="bad type"), ("type",)),
+    ("type with a leading space", enqueue(job_type=" noop"), ("type",)),
+    ("type with a trailing newline", enqueue(job_type="noop\n"), ("type",)),
+    ("type with a NUL", enqueue(job_type="no\x00op"), ("type",)),
+    ("type with a tab", enqueue(job_type="no\top"), ("type",)),
+    ("type with a C1 control (NEL)", enqueue(job_type="no\u0085op"), ("type",)),
+    ("type with a bidi override", enqueue(job_type="no\u202eop"), ("type",)),
+    ("type with a non-ASCII letter", enqueue(job_type="n\u00f6op"), ("type",)),
+    ("type starting with punctuation", enqueue(job_type="-noop"), ("type",)),
+    ("unknown priority 7", enqueue(priority=7), ("priority",)),
+    ("unknown priority -1", enqueue(priority=-1), ("priority",)),
+    ("max_attempts 0", enqueue(max_attempts=0), ("max_attempts",)),
+    ("max_attempts 1001", enqueue(max_attempts=1001), ("max_attempts",)),
+    ("lease_ttl_ms 0", enqueue(lease_ttl_ms=0), ("lease_ttl_ms",)),
+    ("lease_ttl_ms 50", enqueue(lease_ttl_ms=50), ("lease_ttl_ms",)),
+    ("lease_ttl_ms over 24 h", enqueue(lease_ttl_ms=DAY_MS + 1), ("lease_ttl_ms",)),
+    ("both delay and run_at", enqueue(delay_ms=1000, run_at_ms=2_000_000_000_000), ("run_at", "delay")),
+    ("negative delay", enqueue(delay_ms=-1), ("delay",)),
+    ("delay over a century", enqueue(delay_ms=CENTURY_MS + 1), ("delay",)),
+    ("run_at_ms 0", enqueue(run_at_ms=0), ("run_at",)),
+    ("negative run_at_ms", enqueue(run_at_ms=-5), ("run_at",)),
+    ("run_at_ms more than 100 years ahead", enqueue(run_at_ms=2_000_000_000_000 + CENTURY_MS), ("run_at",)),
+    ("payload of 1 MiB + 1 byte", enqueue(payload=b"x" * (MiB + 1)), ("payload",)),
+    ("201-character idempotency key", enqueue(idempotency_key="k" * 201), ("idempotency_key",)),
+    ("EnqueueMany with no jobs", ("EnqueueMany", pb.EnqueueManyRequest(jobs=[])), ("jobs",)),
+    ("EnqueueMany with 10,001 jobs",
+     ("EnqueueMany", pb.EnqueueManyRequest(jobs=[spec() for _ in range(10_001)])), ("jobs",)),
+    ("EnqueueMany, jobs[5] has an empty type", batch_with_bad_fifth(job_type=""), ("jobs[5]", "type")),
+    ("EnqueueMany, jobs[5] has lease_ttl_ms 0", batch_with_bad_fifth(lease_ttl_ms=0), ("jobs[5]", "lease_ttl_ms")),
+    ("EnqueueMany, jobs[5] has an oversized payload",
+     batch_with_bad_fifth(payload=b"x" * (MiB + 1)), ("jobs[5]", "payload")),
+    ("GetJob with an empty id", ("GetJob", pb.GetJobRequest(job_id="")), ("job_id",)),
+    ("GetJob with a 65-character id", ("GetJob", pb.GetJobRequest(job_id="a" * 65)), ("job_id",)),
+    ("GetJob with a control character in the id", ("GetJob", pb.GetJobRequest(job_id="ab\ncd")), ("job_id",)),
+    ("CancelJob with an empty id", ("CancelJob", pb.CancelJobRequest(job_id="")), ("job_id",)),
+    ("CancelJob with a 65-character id", ("CancelJob", pb.CancelJobRequest(job_id="a" * 65)), ("job_id",)),
+    ("ListDead with limit 10001", ("ListDead", pb.ListDeadRequest(limit=10_001)), ("limit",)),
+    ("ListDead with reason 99",
+     ("ListDead", pb.ListDeadRequest(filter=pb.DeadFilter(reason=99))), ("filter.reason",)),
+    ("ListDead with a bad type filter",
+     ("ListDead", pb.ListDeadRequest(filter=pb.DeadFilter(type="bad type"))), ("filter.type",)),
+    ("ListDead with a 65-character after_id", ("ListDead", pb.ListDeadRequest(after_id="a" * 65)), ("after_id",)),
+    ("RequeueDead with neither ids nor all", ("RequeueDead", pb.RequeueDeadRequest()), ("job_ids", "all")),
+    ("RequeueDead with both ids and all",
+     ("RequeueDead", pb.RequeueDeadRequest(job_ids=["abc"], all=True)), ("job_ids", "all")),
+    ("RequeueDead with an empty id", ("RequeueDead", pb.RequeueDeadRequest(job_ids=[""])), ("job_ids[0]",)),
+    ("RequeueDead all with reason 99",
+     ("RequeueDead", pb.RequeueDeadRequest(all=True, filter=pb.DeadFilter(reason=99))), ("filter.reason",)),
+    ("PurgeDead with a bad type filter",
+     ("PurgeDead", pb.PurgeDeadRequest(filter=pb.DeadFilter(type="bad type"))), ("filter.type",)),
+    ("PurgeDead with reason 99",
+     ("PurgeDead", pb.PurgeDeadRequest(filter=pb.DeadFilter(reason=99))), ("filter.reason",)),
+]
+
+
+def send_garbage(target: str, data: bytes) -> None:
+    """Write ``data`` to the gRPC port over a plain TCP socket, then close it."""
+    host, port = target.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        with contextlib.suppress(OSError):  # the server may hang up before we are done
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(5)
+            while sock.recv(4096):  # until the server closes its side
+                pass
+
+
+class WorkerStream:
+    """A raw WorkerService.Connect stream: ``send`` messages, read ``responses``, ``close`` our side."""
+
+    _END = object()
+
+    def __init__(self, channel: grpc.Channel, timeout: float = 15.0) -> None:
+        self._outbox: queue.Queue[Any] = queue.Queue()
+        self.responses = pb_grpc.WorkerServiceStub(channel).Connect(self._requests(), timeout=timeout)
+
+    def _requests(self) -> Iterator[pb.WorkerMessage]:
+        while True:
+            item = self._outbox.get()
+            if item is self._END:
+                return
+            yield item
+
+    def send(self, **message: Any) -> None:
+        self._outbox.put(pb.WorkerMessage(**message))
+
+    def close(self) -> None:
+        self._outbox.put(self._END)
+
+    def next(self) -> pb.DispatcherMessage:
+        return next(self.responses)
+
+    def __enter__(self) -> WorkerStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        self.responses.cancel()
+
+
+def hello(worker_id: str = "bad-input-test", job_types: tuple[str, ...] = ("unused_type",),
+          concurrency: int = 1, **extra: Any) -> pb.Hello:
+    return pb.Hello(worker_id=worker_id, job_types=list(job_types), concurrency=concurrency, **extra)
+
+
+def ref(job_id: str = "some-job", token: str = "made-up-token", shard: int = 0) -> pb.LeaseRef:
+    return pb.LeaseRef(job_id=job_id, token=token, shard=shard)
+
+
+def stream_error(channel: grpc.Channel, messages: list[dict[str, Any]]) -> tuple[grpc.StatusCode, str, list[str]]:
+    """Send ``messages`` on a fresh stream and read until it fails; (code, details, kinds received)."""
+    kinds: list[str] = []
+    with WorkerStream(channel) as stream:
+        for message in messages:
+            stream.send(**message)
+        try:
+            for response in stream.responses:
+                kinds.append(str(response.WhichOneof("msg")))
+        except grpc.RpcError as exc:
+            return exc.code(), exc.details() or "", kinds
+    return grpc.StatusCode.OK, "", kinds
+
+
+# -- JobService ---------------------------------------------------------------------------------
+
+
+def test_job_service_rejects_bad_requests_and_writes_nothing(dispatcher, redis_url, db_url):
+    before = redis_dbsize(redis_url)
+    assert count_jobs(db_url) == 0
+    failures = []
+    with grpc.insecure_channel(dispatcher.target) as channel:
+        stub = pb_grpc.JobServiceStub(channel)
+        for description, (method, request), fields in JOB_SERVICE_CASES:
+            try:
+                response = getattr(stub, method)(request, timeout=20)
+            except grpc.RpcError as exc:
+                code, details = exc.code(), exc.details() or ""
+                if code is not grpc.StatusCode.INVALID_ARGUMENT:
+                    failures.append(f"{description}: {code.name} ({details!r}), expected INVALID_ARGUMENT")
+                elif not all(f in details for f in fields):
+                    failures.append(f"{description}: details {details!r} do not name {fields}")
+            else:
+                failures.append(f"{description}: accepted ({type(response).__name__} {response})")
+        assert not failures, "\n".join(failures)
+
+        # Well-formed ids of jobs that do not exist: NOT_FOUND, not INVALID_ARGUMENT.
+        for method, request in (("GetJob", pb.GetJobRequest(job_id="no-such-job")),
+                                ("CancelJob", pb.CancelJobRequest(job_id="no-such-job"))):
+            with pytest.raises(grpc.RpcError) as info:
+                getattr(stub, method)(request, timeout=10)
+            assert info.value.code() is grpc.StatusCode.NOT_FOUND, (method, info.value.details())
+
+        # Garbage on the gRPC port: random bytes, and random bytes after a valid HTTP/2 preface.
+        rng = os.urandom
+        send_garbage(dispatcher.target, rng(4096))
+        send_garbage(dispatcher.target, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + rng(4096))
+        send_garbage(dispatcher.target, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + rng(1024))
+        assert dispatcher.process is not None and dispatcher.process.poll() is None, dispatcher.log_tail()
+
+        # Nothing changed: no Redis key, no row.
+        assert redis_dbsize(redis_url) == before
+        assert count_jobs(db_url) == 0
+        with Client(dispatcher.target, timeout=10) as client:
+            assert client.stats() == []
+
+        # It still serves, and the boundary values (the largest allowed) are accepted.
+        version = stub.GetVersion(pb.GetVersionRequest(), timeout=10)
+        assert version.protocol >= 1 and version.shard_count == 8
+        boundary = [
+            spec("a" * 200), spec(payload=b"x" * MiB), spec(max_attempts=1), spec(max_attempts=1000),
+            spec(lease_ttl_ms=100), spec(lease_ttl_ms=DAY_MS), spec(idempotency_key="k" * 200),
+            spec(delay_ms=0), spec(priority=pb.PRIORITY_LOW), spec("Z9_.:/-x"),
+        ]
+        response = stub.EnqueueMany(pb.EnqueueManyRequest(jobs=boundary), timeout=20)
+        assert len(response.job_ids) == len(boundary) and all(response.created)
+        one = stub.Enqueue(pb.EnqueueRequest(job=spec(payload=b"{}")), timeout=20)
+        assert stub.GetJob(pb.GetJobRequest(job_id=one.job_id), timeout=10).status == pb.JOB_STATUS_READY
+    assert count_jobs(db_url) == len(boundary) + 1
+
+
+# -- WorkerService ------------------------------------------------------------------------------
+
+
+def test_worker_stream_bad_input(dispatcher, redis_url, start_worker, ledger):
+    with grpc.insecure_channel(dispatcher.target) as channel:
+        cases: list[tuple[str, list[dict[str, Any]], str, list[str]]] = [
+            # (description, messages, substring of the details, messages received before the error)
+            ("first message is a credit", [{"credit": pb.Credit(slots=1)}], "hello", []),
+            ("first message is an ack", [{"acks": pb.Acks(acks=[pb.Ack(lease=ref())])}], "hello", []),
+            ("first message is empty", [{}], "hello", []),
+            ("hello without job types", [{"hello": hello(job_types=())}], "job_types", []),
+            ("hello with concurrency 0", [{"hello": hello(concurrency=0)}], "concurrency", []),
+            ("hello with concurrency 10001", [{"hello": hello(concurrency=10_001)}], "concurrency", []),
+            ("hello with a bad job type", [{"hello": hello(job_types=("ok", "bad type"))}], "job_types", []),
+            ("hello with an empty worker id", [{"hello": hello(worker_id="")}], "worker_id", []),
+            ("hello holding a lease of shard 9999",
+             [{"hello": hello(held=[ref(shard=9999)])}], "shard", []),
+            ("hello sent twice", [{"hello": hello()}, {"hello": hello()}], "hello", ["welcome"]),
+            ("an empty message after hello", [{"hello": hello()}, {}], "message", ["welcome"]),
+            ("an ack with shard 9999",
+             [{"hello": hello()}, {"acks": pb.Acks(acks=[pb.Ack(lease=ref(shard=9999))])}], "shard", ["welcome"]),
+            ("an ack with an empty token",
+             [{"hello": hello()}, {"acks": pb.Acks(acks=[pb.Ack(lease=ref(token=""))])}], "token", ["welcome"]),
+            ("a nack with shard 9999",
+             [{"hello": hello()}, {"nacks": pb.Nacks(nacks=[pb.Nack(lease=ref(shard=9999))])}], "shard",
+             ["welcome"]),
+            ("a nack with a negative retry delay",
+             [{"hello": hello()}, {"nacks": pb.Nacks(nacks=[pb.Nack(lease=ref(), retry_delay_ms=-1)])}],
+             "retry_delay_ms", ["welcome"]),
+            ("a heartbeat with a 65-character job id",
+             [{"hello": hello()}, {"heartbeat": pb.Heartbeat(leases=[ref(job_id="a" * 65)])}], "job_id",
+             ["welcome"]),
+        ]
+        failures = []
+        for description, messages, field, received in cases:
+            code, details, kinds = stream_error(channel, messages)
+            if code is not grpc.StatusCode.INVALID_ARGUMENT or field not in details or kinds != received:
+                failures.append(f"{description}: {code.name} {details!r} after {kinds}; expected "
+                                f"INVALID_ARGUMENT naming {field!r} after {received}")
+        assert not failures, "\n".join(failures)
+
+        # Acks, nacks and heartbeats for a lease never issued: rejected; the job is untouched.
+        with Client(dispatcher.target, timeout=10) as client:
+            job_id = client.enqueue("noop", {"fake": "token"})
+            job = client.get_job(job_id)
+            assert job.status == "ready"
+            jobs_key = f"shardq:{{s{job.shard}}}:jobs"
+            with redis.Redis.from_url(redis_url) as r:
+                record_before = r.hget(jobs_key, job_id)
+            assert record_before is not None
+            fake = ref(job_id=job_id, token="999999-made-up", shard=job.shard)
+            with WorkerStream(channel) as stream:
+                stream.send(hello=hello())
+                assert stream.next().WhichOneof("msg") == "welcome"
+                stream.send(acks=pb.Acks(acks=[pb.Ack(lease=fake, result=b"forged")]))
+                stream.send(nacks=pb.Nacks(nacks=[pb.Nack(lease=fake, error="forged", retryable=False)]))
+                stream.send(heartbeat=pb.Heartbeat(leases=[fake]))
+                rejected = []
+                for _ in range(3):
+                    message = stream.next()
+                    assert message.WhichOneof("msg") == "rejected", message
+                    rejected += [(r.ref.job_id, r.ref.token) for r in message.rejected.leases]
+                assert rejected == [(job_id, fake.token)] * 3
+                stream.close()
+                assert list(stream.responses) == []  # we closed our side: the stream ends cleanly
+            with redis.Redis.from_url(redis_url) as r:
+                assert r.hget(jobs_key, job_id) == record_before
+            job = client.get_job(job_id)
+            assert (job.status, job.attempts, job.failures, job.result) == ("ready", 0, 0, b"")
+
+            # A real worker then runs it, exactly once.
+            start_worker(dispatcher.target, types="noop", concurrency=2)
+            wait_until(lambda: client.get_job(job_id).status == "succeeded", timeout=20)
+            marker = client.enqueue("noop", {"marker": True})  # same shard: it runs after a duplicate would
+            wait_until(lambda: client.get_job(marker).status == "succeeded", timeout=20)
+            starts = [e for e in read_ledger(ledger) if e["event"] == "start" and e["job"] == job_id]
+            assert len(starts) == 1, starts
+            job = client.get_job(job_id)
+            assert job.attempts == 1 and job.failures == 0 and job.result == b""
+    assert dispatcher.process is not None and dispatcher.process.poll() is None
+
+
+# -- dispatcherctl ------------------------------------------------------------------------------
+
+
+CLI_CASES: list[tuple[list[str], str]] = [
+    # (arguments after --target, a pattern the one stderr line must match)
+    (["enqueue", "bad type"], r"\btype\b"),
+    (["enqueue", "x", "--payload", "{"], r"--payload"),
+    (["enqueue", "x", "--delay", "-1"], r"--delay"),
+    (["enqueue", "x", "--at", "notatime"], r"--at"),
+    (["enqueue", "x", "--delay", "1", "--at", "2030-01-01T00:00:00Z"], r"--delay.*--at|--at.*--delay"),
+    (["enqueue", "x", "--priority", "urgent"], r"--priority|urgent"),
+    (["enqueue", "x", "--max-attempts", "0"], r"max[-_]attempts"),
+    (["job", "show", ""], r"job_id|\bid\b"),
+    (["dlq", "requeue"], r"--all"),
+    (["dlq", "list", "--reason", "nope"], r"--reason|nope"),
+]
+
+
+def test_dispatcherctl_bad_input(dispatcher, redis_url, db_url):
+    before = redis_dbsize(redis_url)
+    env = {k: v for k, v in os.environ.items() if k != "SHARDQ_TARGET"}
+    base = [sys.executable, "-m", "dispatcher.ctl", "--target", dispatcher.target, "--timeout", "20"]
+    procs = [(args, pattern, subprocess.Popen(base + args, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True))
+             for args, pattern in CLI_CASES]
+    failures = []
+    for args, pattern, proc in procs:
+        out, err = proc.communicate(timeout=60)
+        lines = err.splitlines()
+        problems = []
+        if proc.returncode == 0:
+            problems.append("exit status 0")
+        if out:
+            problems.append(f"stdout {out!r}")
+        if len(lines) != 1:
+            problems.append(f"{len(lines)} stderr lines, not 1")
+        if not re.search(pattern, err):
+            problems.append(f"stderr does not match {pattern!r}")
+        if problems:
+            failures.append(f"dispatcherctl {' '.join(map(repr, args))}: {'; '.join(problems)}\n"
+                            f"    stderr: {err!r}")
+    assert not failures, "\n".join(failures)
+    assert redis_dbsize(redis_url) == before
+    assert count_jobs(db_url) == 0
+    assert dispatcher.ready()
+
+
+_unused: Callable[..., Any] | None = None
