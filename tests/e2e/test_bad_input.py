@@ -12,7 +12,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -180,7 +180,7 @@ def ref(job_id: str = "some-job", token: str = "made-up-token", shard: int = 0) 
 def stream_error(channel: grpc.Channel, messages: list[dict[str, Any]]) -> tuple[grpc.StatusCode, str, list[str]]:
     """Send ``messages`` on a fresh stream and read until it fails; (code, details, kinds received)."""
     kinds: list[str] = []
-    with WorkerStream(channel) as stream:
+    with WorkerStream(channel, timeout=5) as stream:
         for message in messages:
             stream.send(**message)
         try:
@@ -221,10 +221,9 @@ def test_job_service_rejects_bad_requests_and_writes_nothing(dispatcher, redis_u
             assert info.value.code() is grpc.StatusCode.NOT_FOUND, (method, info.value.details())
 
         # Garbage on the gRPC port: random bytes, and random bytes after a valid HTTP/2 preface.
-        rng = os.urandom
-        send_garbage(dispatcher.target, rng(4096))
-        send_garbage(dispatcher.target, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + rng(4096))
-        send_garbage(dispatcher.target, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + rng(1024))
+        send_garbage(dispatcher.target, os.urandom(4096))
+        send_garbage(dispatcher.target, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + os.urandom(4096))
+        send_garbage(dispatcher.target, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + os.urandom(1024))
         assert dispatcher.process is not None and dispatcher.process.poll() is None, dispatcher.log_tail()
 
         # Nothing changed: no Redis key, no row.
@@ -376,5 +375,3 @@ def test_dispatcherctl_bad_input(dispatcher, redis_url, db_url):
     assert count_jobs(db_url) == 0
     assert dispatcher.ready()
 
-
-_unused: Callable[..., Any] | None = None
