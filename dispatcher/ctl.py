@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from worker_sdk import Client, ShardqError
 from worker_sdk._convert import REASONS
@@ -157,8 +157,15 @@ def cmd_dlq_purge(client: Client, args: argparse.Namespace) -> Any:
     return {"purged": n}, f"purged {n} job(s)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (``dispatcherctl: …``) and exit 2, like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"dispatcherctl: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dispatcherctl", description="operate a shardq dispatcher")
+    parser = _Parser(prog="dispatcherctl", description="operate a shardq dispatcher")
     parser.add_argument("--target", help="dispatcher address (env SHARDQ_TARGET, default 127.0.0.1:7070)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the dispatcher")

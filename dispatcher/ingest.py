@@ -17,7 +17,7 @@ import structlog
 from shardmap import shard_for
 
 from .clock import now_ms
-from .errors import REDIS_DOWN, NotOwner
+from .errors import REDIS_DOWN, InvalidArgument, NotOwner, StoreUnavailable
 from .ids import new_job_id
 from .ownership import Ownership
 from .records import JobRecord
@@ -61,16 +61,40 @@ class GroupCommit:
             rows = [row for part, _ in batch for row in part]
             try:
                 results = await self.store.insert_jobs(rows)
-            except Exception as exc:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
+            except StoreUnavailable as exc:
+                _fail(batch, exc)
+                continue
+            except Exception:
+                if len(batch) == 1:
+                    _fail(batch, InvalidArgument("the database refused the job(s)"))
+                    log.exception("insert refused")
+                    continue
+                # One caller's rows poisoned the shared transaction: give each caller its own.
+                for part, future in batch:
+                    try:
+                        result = await self.store.insert_jobs(part)
+                    except StoreUnavailable as exc:
+                        _fail([(part, future)], exc)
+                    except Exception:
+                        log.exception("insert refused")
+                        _fail([(part, future)], InvalidArgument("the database refused the job(s)"))
+                    else:
+                        if not future.done():
+                            future.set_result(result)
                 continue
             start = 0
             for part, future in batch:
                 if not future.done():
                     future.set_result(results[start : start + len(part)])
                 start += len(part)
+
+
+def _fail(
+    batch: list[tuple[Sequence[JobRow], asyncio.Future[list[tuple[str, bool]]]]], exc: Exception
+) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(exc)
 
 
 class Ingestor:

@@ -50,6 +50,11 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             await context.abort(exc.code, str(exc))
         except REDIS_DOWN as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {exc}")
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            log.exception("request failed", method=method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the dispatcher log")
         raise AssertionError("unreachable")
 
     return wrapper
@@ -126,10 +131,9 @@ class JobService(pb_grpc.JobServiceServicer):
     @rpc
     async def Stats(self, request: pb.StatsRequest, context: Any) -> pb.StatsResponse:
         queues: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        shards = sorted(self.app.ownership.epochs)
-        for shard in shards:
-            for (job_type, prio, state), n in (await self.app.working_set.counts(shard)).items():
-                queues[(job_type, prio)][state] += n
+        counts = await self.app.working_set.counts(sorted(self.app.ownership.epochs))
+        for (job_type, prio, state), n in counts.items():
+            queues[(job_type, prio)][state] += n
         for (job_type, prio), n in (await self.app.store.dead_counts()).items():
             queues[(job_type, prio)]["dead"] += n
         now = now_ms()

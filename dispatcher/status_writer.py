@@ -112,6 +112,25 @@ class StatusWriter:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 self._wake.set()
+            except Exception:
+                # Not an outage: some update in the batch is unstorable. Commit them one by one and drop
+                # (and log) the ones the DB refuses, so one bad row cannot stop every status write.
+                log.exception("status batch refused; committing it row by row")
+                async with self._lock:
+                    await self._commit_rows()
+                self._wake.set()
+
+    async def _commit_rows(self) -> None:
+        batch, self._pending = self._pending, {}
+        for job_id, (shard, update) in batch.items():
+            try:
+                await self.store.apply_updates([update])
+            except StoreUnavailable:
+                self._pending.setdefault(job_id, (shard, update))
+            except Exception as exc:
+                log.error(
+                    "dropped an unstorable status update", job=job_id, status=update.status, error=str(exc)
+                )
 
     async def _commit_once(self) -> None:
         if self._pending:

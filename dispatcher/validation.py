@@ -90,7 +90,14 @@ def job_spec(spec: pb.JobSpec, field: str, settings: Settings, now: int) -> Vali
         ttl = spec.lease_ttl_ms
     if len(spec.idempotency_key) > MAX_KEY_LENGTH:
         raise InvalidArgument(f"{field}.idempotency_key: longer than {MAX_KEY_LENGTH} characters")
+    if not spec.idempotency_key.isprintable():
+        raise InvalidArgument(f"{field}.idempotency_key: must not contain control characters")
     return ValidJob(jt, spec.payload, prio, run_at, max_attempts, ttl, spec.idempotency_key)
+
+
+def error_text(value: str, limit: int) -> str:
+    """A worker's error message as the DB can store it: no NUL bytes, bounded length."""
+    return value[:limit].replace("\x00", "\\0")
 
 
 def batch_size(n: int, settings: Settings) -> None:

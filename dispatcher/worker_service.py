@@ -190,7 +190,13 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 delay = nack.retry_delay_ms
             reason = "no_handler" if nack.no_handler else ("" if nack.retryable else "not_retryable")
             items.append(
-                (job_id, token, shard, NackSpec(job_id, token, reason, delay), nack.error[:MAX_ERROR_CHARS])
+                (
+                    job_id,
+                    token,
+                    shard,
+                    NackSpec(job_id, token, reason, delay),
+                    validation.error_text(nack.error, MAX_ERROR_CHARS),
+                )
             )
         now = now_ms()
         for shard, group in _by_shard(items).items():

@@ -296,12 +296,18 @@ class WorkingSet:
         head = await self.redis.zrange(ShardKeys(shard).delayed, 0, 0, withscores=True)
         return int(head[0][1]) if head else -1
 
-    async def counts(self, shard: int) -> dict[tuple[str, int, str], int]:
-        raw = await self.redis.hgetall(ShardKeys(shard).counts)
-        out = {}
-        for field, value in raw.items():
-            job_type, prio, state = _s(field).rsplit("|", 2)
-            out[(job_type, int(prio), state)] = int(value)
+    async def counts(self, shards: Sequence[int]) -> dict[tuple[str, int, str], int]:
+        """Jobs per (type, class, state) over these shards, in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in shards:
+                pipe.hgetall(ShardKeys(shard).counts)
+            replies = await pipe.execute()
+        out: dict[tuple[str, int, str], int] = {}
+        for raw in replies:
+            for field, value in raw.items():
+                job_type, prio, state = _s(field).rsplit("|", 2)
+                key = (job_type, int(prio), state)
+                out[key] = out.get(key, 0) + int(value)
         return out
 
     async def oldest_ready(self, shard: int, job_type: str, priority: int) -> int:

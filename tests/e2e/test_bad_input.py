@@ -45,6 +45,17 @@ def count_jobs(db_url: str) -> int:
         return int(row[0])
 
 
+def db_status(db_url: str, job_id: str) -> str | None:
+    """The job's status column, read straight from the database."""
+    if db_url.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as conn:
+            row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    else:
+        with psycopg.connect(db_url, autocommit=True, connect_timeout=10) as conn:
+            row = conn.execute("SELECT status FROM jobs WHERE id = %s", (job_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
 def redis_dbsize(redis_url: str) -> int:
     with redis.Redis.from_url(redis_url) as r:
         return int(r.dbsize())
@@ -96,7 +107,8 @@ JOB_SERVICE_CASES: list[tuple[str, tuple[str, Any], tuple[str, ...]]] = [
     ("EnqueueMany with 10,001 jobs",
      ("EnqueueMany", pb.EnqueueManyRequest(jobs=[spec() for _ in range(10_001)])), ("jobs",)),
     ("EnqueueMany, jobs[5] has an empty type", batch_with_bad_fifth(job_type=""), ("jobs[5]", "type")),
-    ("EnqueueMany, jobs[5] has lease_ttl_ms 0", batch_with_bad_fifth(lease_ttl_ms=0), ("jobs[5]", "lease_ttl_ms")),
+    ("EnqueueMany, jobs[5] has lease_ttl_ms 0",
+     batch_with_bad_fifth(lease_ttl_ms=0), ("jobs[5]", "lease_ttl_ms")),
     ("EnqueueMany, jobs[5] has an oversized payload",
      batch_with_bad_fifth(payload=b"x" * (MiB + 1)), ("jobs[5]", "payload")),
     ("GetJob with an empty id", ("GetJob", pb.GetJobRequest(job_id="")), ("job_id",)),
@@ -109,7 +121,8 @@ JOB_SERVICE_CASES: list[tuple[str, tuple[str, Any], tuple[str, ...]]] = [
      ("ListDead", pb.ListDeadRequest(filter=pb.DeadFilter(reason=99))), ("filter.reason",)),
     ("ListDead with a bad type filter",
      ("ListDead", pb.ListDeadRequest(filter=pb.DeadFilter(type="bad type"))), ("filter.type",)),
-    ("ListDead with a 65-character after_id", ("ListDead", pb.ListDeadRequest(after_id="a" * 65)), ("after_id",)),
+    ("ListDead with a 65-character after_id",
+     ("ListDead", pb.ListDeadRequest(after_id="a" * 65)), ("after_id",)),
     ("RequeueDead with neither ids nor all", ("RequeueDead", pb.RequeueDeadRequest()), ("job_ids", "all")),
     ("RequeueDead with both ids and all",
      ("RequeueDead", pb.RequeueDeadRequest(job_ids=["abc"], all=True)), ("job_ids", "all")),
@@ -177,7 +190,9 @@ def ref(job_id: str = "some-job", token: str = "made-up-token", shard: int = 0) 
     return pb.LeaseRef(job_id=job_id, token=token, shard=shard)
 
 
-def stream_error(channel: grpc.Channel, messages: list[dict[str, Any]]) -> tuple[grpc.StatusCode, str, list[str]]:
+def stream_error(
+    channel: grpc.Channel, messages: list[dict[str, Any]]
+) -> tuple[grpc.StatusCode, str, list[str]]:
     """Send ``messages`` on a fresh stream and read until it fails; (code, details, kinds received)."""
     kinds: list[str] = []
     with WorkerStream(channel, timeout=5) as stream:
@@ -232,7 +247,7 @@ def test_job_service_rejects_bad_requests_and_writes_nothing(dispatcher, redis_u
         with Client(dispatcher.target, timeout=10) as client:
             assert client.stats() == []
 
-        # It still serves, and the boundary values (the largest allowed) are accepted.
+        # It still serves, and the limits themselves (smallest and largest allowed values) are accepted.
         version = stub.GetVersion(pb.GetVersionRequest(), timeout=10)
         assert version.protocol >= 1 and version.shard_count == 8
         boundary = [
@@ -245,6 +260,74 @@ def test_job_service_rejects_bad_requests_and_writes_nothing(dispatcher, redis_u
         one = stub.Enqueue(pb.EnqueueRequest(job=spec(payload=b"{}")), timeout=20)
         assert stub.GetJob(pb.GetJobRequest(job_id=one.job_id), timeout=10).status == pb.JOB_STATUS_READY
     assert count_jobs(db_url) == len(boundary) + 1
+
+
+def test_nul_byte_in_idempotency_key_is_refused_or_stored_and_hurts_no_other_enqueue(dispatcher, db_url):
+    """A NUL in the one free-form text field of a job. Refusing it (INVALID_ARGUMENT naming the field)
+    and accepting it (then it dedups like any key) are both fine; an internal error is not, and neither
+    is failing other clients' enqueues that happened to share its group-commit transaction."""
+    key = "order\x0042"
+    problems = []
+    with grpc.insecure_channel(dispatcher.target) as channel:
+        stub = pb_grpc.JobServiceStub(channel)
+        requests = [pb.EnqueueRequest(job=spec(payload=b'{"i": %d}' % i)) for i in range(300)]
+        requests[150] = pb.EnqueueRequest(job=spec(idempotency_key=key))
+        futures = [stub.Enqueue.future(r, timeout=30) for r in requests]
+        for i, future in enumerate(futures):
+            if i == 150:
+                continue
+            try:
+                future.result()
+            except grpc.RpcError as exc:
+                problems.append(f"innocent enqueue #{i} failed with {exc.code().name}: {exc.details()!r}")
+        with contextlib.suppress(grpc.RpcError):
+            futures[150].result()
+        for attempt in ("first", "second"):
+            try:
+                response = stub.Enqueue(pb.EnqueueRequest(job=spec(idempotency_key=key)), timeout=20)
+            except grpc.RpcError as exc:
+                details = exc.details() or ""
+                if exc.code() is not grpc.StatusCode.INVALID_ARGUMENT or "idempotency_key" not in details:
+                    problems.append(f"{attempt} enqueue with a NUL in the key: {exc.code().name} "
+                                    f"{details!r}, expected INVALID_ARGUMENT naming idempotency_key, or OK")
+            else:
+                if attempt == "first":
+                    first = response.job_id
+                elif response.job_id != first or response.created:
+                    problems.append(f"a key with a NUL did not dedup: {first} then {response}")
+    assert not problems, "\n".join(problems)
+    assert count_jobs(db_url) in (299, 300)
+
+
+def test_nack_error_with_nul_byte_does_not_stop_status_writes(dispatcher, db_url, start_worker, ledger):
+    """Worker error text is arbitrary (a traceback can hold any character): a NUL in it must not keep
+    this job's status, or any later job's, from reaching the database."""
+    with Client(dispatcher.target, timeout=20) as client, grpc.insecure_channel(dispatcher.target) as channel:
+        job_id = client.enqueue("final_nul", {"x": 1})
+        with WorkerStream(channel) as stream:
+            stream.send(hello=hello(job_types=("final_nul",)))
+            assert stream.next().WhichOneof("msg") == "welcome"
+            stream.send(credit=pb.Credit(slots=1))
+            message = stream.next()
+            assert message.WhichOneof("msg") == "leases", message
+            [lease] = message.leases.leases
+            assert lease.ref.job_id == job_id
+            nack = pb.Nack(lease=lease.ref, error="boom\x00tail", retryable=False)
+            stream.send(nacks=pb.Nacks(nacks=[nack]))
+            stream.close()
+            assert list(stream.responses) == []
+        start_worker(dispatcher.target, types="noop")
+        later = client.enqueue("noop", {"after": "nul"})
+        wait_until(lambda: any(e["job"] == later and e["event"] == "end" for e in read_ledger(ledger)),
+                   timeout=20)
+        wait_until(lambda: db_status(db_url, job_id) == "dead" and db_status(db_url, later) == "succeeded",
+                   timeout=10, interval=0.1,
+                   message=lambda: f"DB rows: the job nacked with a NUL is {db_status(db_url, job_id)!r} "
+                                   f"(expected 'dead'), a later acked job is {db_status(db_url, later)!r} "
+                                   f"(expected 'succeeded'); dispatcher log:\n{dispatcher.log_tail(10)}")
+        job = client.get_job(job_id)
+        assert (job.status, job.dead_reason) == ("dead", "not_retryable")
+        assert "boom" in job.last_error
 
 
 # -- WorkerService ------------------------------------------------------------------------------
@@ -267,9 +350,11 @@ def test_worker_stream_bad_input(dispatcher, redis_url, start_worker, ledger):
             ("hello sent twice", [{"hello": hello()}, {"hello": hello()}], "hello", ["welcome"]),
             ("an empty message after hello", [{"hello": hello()}, {}], "message", ["welcome"]),
             ("an ack with shard 9999",
-             [{"hello": hello()}, {"acks": pb.Acks(acks=[pb.Ack(lease=ref(shard=9999))])}], "shard", ["welcome"]),
+             [{"hello": hello()}, {"acks": pb.Acks(acks=[pb.Ack(lease=ref(shard=9999))])}], "shard",
+             ["welcome"]),
             ("an ack with an empty token",
-             [{"hello": hello()}, {"acks": pb.Acks(acks=[pb.Ack(lease=ref(token=""))])}], "token", ["welcome"]),
+             [{"hello": hello()}, {"acks": pb.Acks(acks=[pb.Ack(lease=ref(token=""))])}], "token",
+             ["welcome"]),
             ("a nack with shard 9999",
              [{"hello": hello()}, {"nacks": pb.Nacks(nacks=[pb.Nack(lease=ref(shard=9999))])}], "shard",
              ["welcome"]),

@@ -258,6 +258,7 @@ class LuaStateMachine(RuleBasedStateMachine):
         self.superseded: set[str] = set()  # tokens that stopped holding a lease: rejected forever
         self.types_seen: set[str] = set()
         self.serial = 0
+        self.ready_keys = {self.k.ready(t, c): (t, c) for t in TYPES for c in Priority}
         assert self.run(self.ws.acquire(SHARD, self.epoch, "owner-1", self.now)) == 1
 
     async def _connect(self, port: int) -> Any:
@@ -348,22 +349,24 @@ class LuaStateMachine(RuleBasedStateMachine):
         return data.draw(st.lists(st.one_of(options), min_size=1, max_size=3), label="refs")
 
     async def _dump(self) -> dict[str, Any]:
-        """Every key of the shard, read back as plain Python values."""
-        keys = sorted([key async for key in self.redis.scan_iter(match=f"{self.k.tag}:*", count=1000)])
-        out: dict[str, Any] = {}
-        for raw_key in keys:
-            key = raw_key.decode()
-            kind = (await self.redis.type(raw_key)).decode()
-            if kind == "hash":
-                out[key] = await self.redis.hgetall(raw_key)
-            elif kind == "zset":
-                out[key] = [(m, int(s)) for m, s in await self.redis.zrange(raw_key, 0, -1, withscores=True)]
-            elif kind == "set":
-                out[key] = sorted(await self.redis.smembers(raw_key))
-            elif kind == "string":
-                out[key] = await self.redis.get(raw_key)
-            else:
-                raise AssertionError(f"unexpected key type {kind} for {key}")
+        """The whole shard in one round trip: every key a script may write, and the names of all keys."""
+        k = self.k
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.keys(f"{k.tag}:*")
+        for key in (k.meta, k.jobs, k.payloads, k.counts):
+            pipe.hgetall(key)
+        for key in (k.delayed, k.leased, *self.ready_keys):
+            pipe.zrange(key, 0, -1, withscores=True)
+        pipe.get(k.seq)
+        pipe.smembers(k.types)
+        results = iter(await pipe.execute())
+        out: dict[str, Any] = {"keys": sorted(key.decode() for key in next(results))}
+        for key in (k.meta, k.jobs, k.payloads, k.counts):
+            out[key] = next(results)
+        for key in (k.delayed, k.leased, *self.ready_keys):
+            out[key] = [(member, int(score)) for member, score in next(results)]
+        out[k.seq] = next(results)
+        out[k.types] = sorted(next(results))
         return out
 
     def dump(self) -> dict[str, Any]:
@@ -755,22 +758,22 @@ class LuaStateMachine(RuleBasedStateMachine):
     def redis_matches_model(self) -> None:
         k = self.k
         dump = self.dump()
-        ready_keys = {k.ready(t, c): (t, c) for t in TYPES for c in Priority}
+        ready_keys = self.ready_keys
         allowed = {k.meta, k.jobs, k.payloads, k.delayed, k.leased, k.counts, k.seq, k.types, *ready_keys}
-        assert set(dump) <= allowed, f"stray keys: {set(dump) - allowed}"
+        assert set(dump["keys"]) <= allowed, f"stray keys: {set(dump['keys']) - allowed}"
 
-        records = {i.decode(): JobRecord.unpack(raw) for i, raw in dump.get(k.jobs, {}).items()}
-        raw_records = {i.decode(): raw for i, raw in dump.get(k.jobs, {}).items()}
+        records = {i.decode(): JobRecord.unpack(raw) for i, raw in dump[k.jobs].items()}
+        raw_records = {i.decode(): raw for i, raw in dump[k.jobs].items()}
         assert set(records) == set(self.jobs), "job records lost or invented"
 
         # Where each job sits: (state, ready key or None, score) per zset membership.
         where: dict[str, list[tuple[JobState, str | None, int]]] = {}
-        for member, score in dump.get(k.delayed, []):
+        for member, score in dump[k.delayed]:
             where.setdefault(member.decode(), []).append((DELAYED, None, score))
-        for member, score in dump.get(k.leased, []):
+        for member, score in dump[k.leased]:
             where.setdefault(member.decode(), []).append((LEASED, None, score))
         for key, _ in ready_keys.items():
-            for member, score in dump.get(key, []):
+            for member, score in dump[key]:
                 where.setdefault(member.decode(), []).append((READY, key, score))
         assert set(where) <= set(records), f"zset members without a record: {set(where) - set(records)}"
 
@@ -813,7 +816,7 @@ class LuaStateMachine(RuleBasedStateMachine):
 
         # The counts hash equals the real set cardinalities per (type, class, state), and the model.
         counts: dict[tuple[str, int, str], int] = {}
-        for raw_field, value in dump.get(k.counts, {}).items():
+        for raw_field, value in dump[k.counts].items():
             job_type, cls, state_name = raw_field.decode().rsplit("|", 2)
             counts[(job_type, int(cls), state_name)] = int(value)
         assert all(v > 0 for v in counts.values()), f"non-positive counts: {counts}"
@@ -821,14 +824,14 @@ class LuaStateMachine(RuleBasedStateMachine):
         model_counts = Counter((j.type, int(j.prio), str(j.state)) for j in self.jobs.values() if j.state in ACTIVE)
         assert dict(real_counts) == dict(model_counts)
         for key, (t, c) in ready_keys.items():
-            assert len(dump.get(key, [])) == counts.get((t, int(c), "ready"), 0), key
+            assert len(dump[key]) == counts.get((t, int(c), "ready"), 0), key
 
         # Payloads exactly for active jobs; seq, fencing epoch and types as the model says.
-        payloads = {i.decode(): v for i, v in dump.get(k.payloads, {}).items()}
+        payloads = {i.decode(): v for i, v in dump[k.payloads].items()}
         assert payloads == {j.id: j.payload for j in self.jobs.values() if j.state in ACTIVE}
-        assert int(dump.get(k.seq) or 0) == self.seq
+        assert int(dump[k.seq] or 0) == self.seq
         assert dump[k.meta][b"epoch"] == str(self.epoch).encode()
-        assert {t.decode() for t in dump.get(k.types, [])} == self.types_seen
+        assert {t.decode() for t in dump[k.types]} == self.types_seen
 
 
 def test_lua_state_machine(redis_port: int) -> None:
