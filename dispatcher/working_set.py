@@ -105,7 +105,8 @@ class WorkingSet:
     async def promote_due(self, shard: int, epoch: int, now: int, limit: int) -> tuple[int, int]:
         """Move up to ``limit`` due jobs to their ready sets. Returns (promoted, next due ms or -1)."""
         k = ShardKeys(shard)
-        due = await self.scripts.peek_due(keys=[k.delayed, k.jobs], args=[now, limit])
+        due = await self.scripts.peek_due(keys=[k.delayed, k.jobs, k.meta], args=[now, limit, epoch])
+        _check_owner(due, shard)
         if not due:
             head = await self.redis.zrange(k.delayed, 0, 0, withscores=True)
             return 0, int(head[0][1]) if head else -1

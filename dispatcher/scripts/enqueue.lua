@@ -2,7 +2,7 @@
 Input:
   KEYS[1] meta, KEYS[2] jobs, KEYS[3] payloads, KEYS[4] delayed, KEYS[5] counts, KEYS[6] seq,
   KEYS[7] types, KEYS[8..] ready sets referenced by index below
-  ARGV[1] epoch, ARGV[2] now (ms), then per job: id, packed record (no state), payload, ready key index
+  ARGV[1] epoch, ARGV[2] now (ms), then per job: id, packed record (its state is ignored), payload, ready key index
           (1-based into KEYS[8..]; the job goes there if run_at <= now, else to delayed)
 Output:
   -1 not owner (stale epoch or shard lost)
@@ -18,6 +18,7 @@ for i = 3, #ARGV, 4 do
     out[#out + 1] = 0
   else
     local rec = cmsgpack.unpack(ARGV[i + 1])
+    rec.s = nil  -- a new job is counted in no state yet
     redis.call('HSET', KEYS[3], id, ARGV[i + 2])
     redis.call('SADD', KEYS[7], rec.t)
     if rec.r <= now then
