@@ -1,4 +1,4 @@
-"""Worker SDK behaviour against a real dispatcher process: results, Retry, SkipRetry, timeouts, sync handlers."""
+"""Worker SDK against a real dispatcher process: results, Retry, SkipRetry, timeouts, sync handlers."""
 
 from __future__ import annotations
 
@@ -36,7 +36,9 @@ async def test_handler_outcomes(dispatcher):
 
     handlers = {"sync": sync_result, "retry": retry_later, "final": give_up, "hang": hang}
     client = AsyncClient(dispatcher.target)
-    async with serve(handlers, target=dispatcher.target, job_timeout=0.5, handle_signals=False, concurrency=4):
+    async with serve(
+        handlers, target=dispatcher.target, job_timeout=0.5, handle_signals=False, concurrency=4
+    ):
         doubled = await client.enqueue("sync", {"n": 21})
         retried = await client.enqueue("retry", None)
         final = await client.enqueue("final", None)
@@ -51,7 +53,9 @@ async def test_handler_outcomes(dispatcher):
 
         await wait_for(lambda: _status(client, final, "dead"))
         job = await client.get_job(final)
-        assert job.dead_reason == "not_retryable" and job.attempts == 1 and "malformed input" in job.last_error
+        assert (
+            job.dead_reason == "not_retryable" and job.attempts == 1 and "malformed input" in job.last_error
+        )
 
         await wait_for(lambda: _status(client, hung, "dead"), timeout=15)
         job = await client.get_job(hung)
