@@ -56,6 +56,7 @@ class Dispatcher:
         self.counters: Counter[str] = Counter()
         self._tasks: list[asyncio.Task[Any]] = []
         self._needs_reconcile: set[int] = set()
+        self._background: set[asyncio.Future[Any]] = set()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -158,6 +159,11 @@ class Dispatcher:
             self.after_transition(t)
             self.counters["expired"] += 1
             self.metrics_finished(t)
+
+    def background(self, task: asyncio.Future[Any]) -> None:
+        """Keep a reference to a fire-and-forget task until it ends (the loop only keeps weak ones)."""
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def after_transition(self, t: Transition) -> None:
         if t.state is JobState.DELAYED:

@@ -8,10 +8,10 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import grpc
-import redis.asyncio as aioredis
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from . import redis_client
 from ._pb import shardq_pb2_grpc as pb_grpc
 from .app import Dispatcher
 from .config import Settings
@@ -64,13 +64,7 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
             redis_url = embedded.url
         else:
             log.info("using redis", url=redact(redis_url))
-        redis: Any = aioredis.Redis.from_url(
-            redis_url,
-            decode_responses=False,
-            health_check_interval=10,
-            socket_keepalive=True,
-            retry_on_timeout=True,
-        )
+        redis: Any = redis_client.connect(redis_url)  # one server, or a Redis Cluster
         stack.push_async_callback(redis.aclose)
         store = await open_store(settings.resolved_db_url())
         stack.push_async_callback(store.close)

@@ -16,7 +16,7 @@ from .clock import now_ms
 from .errors import REDIS_DOWN, DispatcherError, NotOwner
 from .fairness import FairPicker
 from .states import Priority
-from .status_writer import lease_update
+from .status_writer import LEASE_WRITE_DELAY_MS, lease_update
 from .validation import priority_to_pb
 from .working_set import Grant
 
@@ -149,7 +149,7 @@ class WorkerSession:
         self.credit -= len(grants)
         for g in grants:
             self.hold(g.id, g.token, g.shard)
-            self.app.writer.record(shard, lease_update(g, now))
+            self.app.writer.record(shard, lease_update(g, now), defer_ms=LEASE_WRITE_DELAY_MS)
         self.send(pb.DispatcherMessage(leases=pb.Leases(leases=[_lease_message(g) for g in grants])))
         self.app.metrics_leased(grants)
         return len(grants), unfilled

@@ -2,9 +2,11 @@
 
 Redis applies every transition first; this writer brings the DB up to date within
 about flush_interval_ms (longer while the DB is down: updates are kept and retried).
-Finished records are dropped from Redis only after their status is committed, so
-the reconciler never mistakes a finished job for a lost one. A lag can therefore
-only cause a re-run after Redis data loss, never a lost job.
+A lease's own row update waits up to LEASE_WRITE_DELAY_MS, so a job that finishes
+by then costs one row write instead of two. Finished records are dropped from Redis
+only after their status is committed, so the reconciler never mistakes a finished
+job for a lost one: a lag can only cause a re-run after Redis data loss, never a
+lost job.
 """
 
 from __future__ import annotations
@@ -13,15 +15,26 @@ import asyncio
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import structlog
 
+from .clock import now_ms
 from .errors import StoreUnavailable
 from .store import Store, StoreUpdate
 from .working_set import Grant, Transition, WorkingSet
 
 log = structlog.get_logger("shardq.status_writer")
 _TERMINAL = frozenset({"succeeded", "cancelled", "dead"})
+LEASE_WRITE_DELAY_MS = 1000
+
+
+@dataclass
+class _Entry:
+    shard: int
+    update: StoreUpdate
+    seq: int  # the oldest record() folded into this entry
+    not_before: int  # ms; 0 = as soon as possible
 
 
 class StatusWriter:
@@ -29,22 +42,30 @@ class StatusWriter:
         self.store = store
         self.working_set = working_set
         self.interval = flush_interval_ms / 1000
-        self._pending: dict[str, tuple[int, StoreUpdate]] = {}
-        self._recorded = 0  # updates recorded so far
-        self._committed = 0  # updates whose batch is committed
+        self._pending: dict[str, _Entry] = {}
+        self._committing: dict[str, _Entry] = {}
+        self._recorded = 0  # record() calls so far
+        self._force_upto = 0  # commit entries up to this seq even if deferred (a flush waits on them)
         self._wake = asyncio.Event()
         self._progress = asyncio.Condition()
         self._lock = asyncio.Lock()  # held while committing and forgetting
         self._task: asyncio.Task[None] | None = None
         self._unforgotten: dict[int, set[str]] = defaultdict(set)
-        self._committing: dict[str, tuple[int, StoreUpdate]] = {}
+        self._next_deferred = 0  # the earliest deferred time the loop knows of (0: none)
         self.healthy = True
 
-    def record(self, shard: int, update: StoreUpdate) -> None:
-        old = self._pending.get(update.id)
-        self._pending[update.id] = (shard, update.merged_over(old[1]) if old else update)
+    def record(self, shard: int, update: StoreUpdate, *, defer_ms: int = 0) -> None:
         self._recorded += 1
-        self._wake.set()
+        not_before = now_ms() + defer_ms if defer_ms else 0
+        old = self._pending.get(update.id)
+        if old is None:
+            self._pending[update.id] = _Entry(shard, update, self._recorded, not_before)
+        else:
+            old.update = update.merged_over(old.update)
+            old.not_before = min(old.not_before, not_before)
+        if not defer_ms or not self._next_deferred or not_before < self._next_deferred:
+            self._next_deferred = not_before
+            self._wake.set()
 
     def is_pending(self, job_id: str) -> bool:
         """Whether the DB row of this job is behind Redis right now."""
@@ -53,6 +74,12 @@ class StatusWriter:
     @property
     def lag(self) -> int:
         return len(self._pending)
+
+    @property
+    def _committed(self) -> int:
+        """Every record() up to this number is committed."""
+        oldest = min((e.seq for e in (*self._pending.values(), *self._committing.values())), default=None)
+        return self._recorded if oldest is None else oldest - 1
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="status-writer")
@@ -65,6 +92,7 @@ class StatusWriter:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        self._force_upto = self._recorded
         for _ in range(10):
             try:
                 async with self._lock:
@@ -77,6 +105,7 @@ class StatusWriter:
     async def flush(self, timeout: float = 10.0) -> None:
         """Wait until everything recorded before this call is committed."""
         target = self._recorded
+        self._force_upto = max(self._force_upto, target)
         self._wake.set()
         try:
             async with asyncio.timeout(timeout), self._progress:
@@ -88,14 +117,14 @@ class StatusWriter:
     async def quiesced(self) -> AsyncIterator[None]:
         """Commit everything pending and hold off further commits (and forgets) inside the block."""
         async with self._lock:
+            self._force_upto = self._recorded
             await self._commit_once()
             yield
 
     async def _run(self) -> None:
         backoff = 0.05
         while True:
-            await self._wake.wait()
-            self._wake.clear()
+            await self._wait_for_work()
             if self.interval:
                 await asyncio.sleep(self.interval)
             try:
@@ -120,42 +149,72 @@ class StatusWriter:
                     await self._commit_rows()
                 self._wake.set()
 
-    async def _commit_rows(self) -> None:
-        batch, self._pending = self._pending, {}
-        for job_id, (shard, update) in batch.items():
+    async def _wait_for_work(self) -> None:
+        """Until something is due: a wake-up, or the earliest deferred entry's time."""
+        while True:
+            self._wake.clear()
+            earliest = min((e.not_before for e in self._pending.values()), default=0)
+            self._next_deferred = earliest
+            if self._pending and earliest <= now_ms():
+                return
+            timeout = (earliest - now_ms()) / 1000 if self._pending else None
             try:
-                await self.store.apply_updates([update])
-            except StoreUnavailable:
-                self._pending.setdefault(job_id, (shard, update))
-            except Exception as exc:
-                log.error(
-                    "dropped an unstorable status update", job=job_id, status=update.status, error=str(exc)
-                )
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+                return
+            except TimeoutError:
+                return
+
+    def _take_due(self) -> dict[str, _Entry]:
+        now = now_ms()
+        due = {
+            job_id: e
+            for job_id, e in self._pending.items()
+            if e.not_before <= now or e.seq <= self._force_upto
+        }
+        for job_id in due:
+            del self._pending[job_id]
+        return due
 
     async def _commit_once(self) -> None:
-        if self._pending:
-            batch, self._pending = self._pending, {}
-            target = self._recorded
+        batch = self._take_due()
+        if batch:
             self._committing = batch
             try:
-                await self.store.apply_updates([u for _, u in batch.values()])
+                await self.store.apply_updates([e.update for e in batch.values()])
             except BaseException:
                 self._committing = {}
-                for job_id, (shard, update) in batch.items():  # keep them, older under newer
+                for job_id, entry in batch.items():  # keep them, older under newer
                     newer = self._pending.get(job_id)
-                    self._pending[job_id] = (
-                        (shard, newer[1].merged_over(update)) if newer else (shard, update)
-                    )
+                    if newer is not None:
+                        newer.update = newer.update.merged_over(entry.update)
+                        newer.seq = min(newer.seq, entry.seq)
+                    else:
+                        self._pending[job_id] = entry
                 raise
             self._committing = {}
-            for shard, update in batch.values():
-                if update.status in _TERMINAL:
-                    self._unforgotten[shard].add(update.id)
-        else:
-            target = self._recorded
+            for entry in batch.values():
+                if entry.update.status in _TERMINAL:
+                    self._unforgotten[entry.shard].add(entry.update.id)
         await self._forget()
         async with self._progress:
-            self._committed = max(self._committed, target)
+            self._progress.notify_all()
+
+    async def _commit_rows(self) -> None:
+        batch = self._take_due()
+        for job_id, entry in batch.items():
+            try:
+                await self.store.apply_updates([entry.update])
+            except StoreUnavailable:
+                self._pending.setdefault(job_id, entry)
+            except Exception as exc:
+                log.error(
+                    "dropped an unstorable status update",
+                    job=job_id,
+                    status=entry.update.status,
+                    error=str(exc),
+                )
+        async with self._progress:
             self._progress.notify_all()
 
     async def _forget(self) -> None:

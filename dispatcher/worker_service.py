@@ -59,10 +59,17 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             if session.error is not None:
                 await context.abort(session.error.code, str(session.error))
         finally:
-            reader.cancel()
-            pump.cancel()
-            await asyncio.gather(reader, pump, return_exceptions=True)
-            await self.app.close_session(session)
+            # When the worker vanishes the RPC task is cancelled, possibly more than once: run the
+            # clean-up (which releases its leases after the grace) in a task of its own.
+            cleanup = asyncio.ensure_future(self._close(session, reader, pump))
+            self.app.background(cleanup)
+            await asyncio.shield(cleanup)
+
+    async def _close(self, session: WorkerSession, *tasks: asyncio.Task[None]) -> None:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.app.close_session(session)
 
     async def _open(self, first: pb.WorkerMessage, peer: str) -> WorkerSession:
         if first.WhichOneof("msg") != "hello":

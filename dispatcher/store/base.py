@@ -133,7 +133,10 @@ class Store(abc.ABC):
     url_for_logs: str = ""
 
     @abc.abstractmethod
-    def transaction(self) -> AbstractAsyncContextManager[Tx]: ...
+    def transaction(self, *, durable: bool = True) -> AbstractAsyncContextManager[Tx]:
+        """A transaction. ``durable=False`` may return before the commit reaches the disk (a crash of
+        the machine can lose the last such commits, never a durable one): status updates use it, since
+        losing one can only make a job run again."""
 
     @abc.abstractmethod
     async def close(self) -> None: ...
@@ -233,7 +236,7 @@ class Store(abc.ABC):
 
     async def apply_updates(self, updates: Iterable[StoreUpdate]) -> None:
         now = now_ms()
-        async with self.transaction() as tx:
+        async with self.transaction(durable=False) as tx:
             await tx.executemany(
                 _UPDATE,
                 [

@@ -46,9 +46,11 @@ class PostgresStore(Store):
             raise StoreUnavailable(f"cannot connect to {self.url_for_logs}") from exc
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Tx]:
+    async def transaction(self, *, durable: bool = True) -> AsyncIterator[Tx]:
         try:
             async with self.pool.connection() as conn, conn.transaction():
+                if not durable:
+                    await conn.execute("SET LOCAL synchronous_commit = off")
                 yield _PgTx(conn)
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise StoreUnavailable(f"database unavailable: {exc}") from exc

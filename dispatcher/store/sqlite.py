@@ -33,6 +33,7 @@ class SqliteStore(Store):
         self.url_for_logs = f"sqlite:///{path}"
         self._conn: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()  # one transaction at a time on the one connection
+        self._durable = True
 
     async def open(self) -> None:
         if self.path != ":memory:":
@@ -45,10 +46,14 @@ class SqliteStore(Store):
         await self._conn.execute("PRAGMA busy_timeout=10000")
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Tx]:
+    async def transaction(self, *, durable: bool = True) -> AsyncIterator[Tx]:
         if self._conn is None:
             raise StoreUnavailable("the SQLite store is closed")
         async with self._lock:
+            if durable != self._durable:
+                # WAL with NORMAL: the commit survives a process crash; only a power loss can undo it.
+                await self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                self._durable = durable
             try:
                 await self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
