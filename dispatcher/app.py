@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import grpc
 import structlog
 
+from ._pb import shardq_pb2 as pb
 from .clock import now_ms
 from .config import Settings
+from .coordinator import Coordinator
 from .errors import REDIS_DOWN, ConfigError, NotOwner
 from .ingest import Ingestor
-from .keys import CLUSTER_KEY
+from .keys import CLUSTER_KEY, DIRTY_KEY
 from .ownership import Ownership
+from .peers import Peers
 from .promoter import Promoter
 from .reaper import Reaper
 from .reconciler import Reconciler
@@ -30,16 +33,26 @@ log = structlog.get_logger("shardq.dispatcher")
 
 
 class Dispatcher:
-    def __init__(
-        self, settings: Settings, redis: Any, store: Store, dispatcher_id: str | None = None
-    ) -> None:
+    def __init__(self, settings: Settings, redis: Any, store: Store, advertise: str) -> None:
         self.settings = settings
         self.redis = redis
         self.store = store
-        self.dispatcher_id = dispatcher_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.advertise = advertise
+        self.dispatcher_id = (
+            settings.dispatcher_id or f"{socket.gethostname()}-{advertise.rsplit(':', 1)[-1]}"
+        )
         self.working_set = WorkingSet(redis)
         self.writer = StatusWriter(store, self.working_set, settings.flush_interval_ms)
-        self.ownership = Ownership(self.dispatcher_id, store, self.working_set, self._on_acquired)
+        self.ownership = Ownership(
+            self.dispatcher_id,
+            store,
+            self.working_set,
+            settings.ownership_ttl_ms,
+            self._on_acquired,
+            self._on_lost,
+        )
+        self.coordinator = Coordinator(self)
+        self.peers = Peers()
         self.reconciler = Reconciler(store, self.working_set, self.writer)
         self.sessions = SessionRegistry()
         self.ingest = Ingestor(
@@ -49,9 +62,11 @@ class Dispatcher:
             self.ownership,
             self._on_pushed,
             self._on_push_failed,
+            self.hand_off,
         )
         self.promoters: dict[int, Promoter] = {}
         self.reapers: dict[int, Reaper] = {}
+        self._shard_tasks: dict[int, list[asyncio.Task[Any]]] = {}
         self.stopping = False
         self.counters: Counter[str] = Counter()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -68,15 +83,21 @@ class Dispatcher:
         await self._check_redis_shard_count()
         self.writer.start()
         self.ingest.commit.start()
-        await self.ownership.acquire(range(self.settings.shard_count))
+        await self.coordinator.join()
+        self._tasks.append(asyncio.create_task(self.coordinator.run(), name="coordinator"))
         self._tasks.append(asyncio.create_task(self._reconcile_loop(), name="reconcile"))
-        log.info("dispatcher started", id=self.dispatcher_id, shards=self.settings.shard_count)
+        log.info(
+            "dispatcher started",
+            id=self.dispatcher_id,
+            address=self.advertise,
+            shards=self.settings.shard_count,
+            owned=len(self.ownership.epochs),
+        )
 
     async def stop(self) -> None:
-        """Stop leasing, tell workers to reconnect later (their leases stay valid), commit status."""
+        """Stop leasing, tell workers to reconnect later (their leases stay valid: tokens live in
+        Redis), release the shards so the other members take them at once, commit status."""
         self.stopping = True
-        from ._pb import shardq_pb2 as pb
-
         for session in self.sessions.all():
             session.send(pb.DispatcherMessage(redirect=pb.Redirect(reason="dispatcher shutting down")))
             session.close()
@@ -85,7 +106,9 @@ class Dispatcher:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         await self.ingest.commit.stop()
+        await self.coordinator.leave()
         await self.writer.stop()
+        await self.peers.close()
         log.info("dispatcher stopped", id=self.dispatcher_id)
 
     async def _check_redis_shard_count(self) -> None:
@@ -98,17 +121,72 @@ class Dispatcher:
 
     async def _on_acquired(self, shard: int, epoch: int) -> None:
         await self.reconciler.reconcile(shard, epoch)
-        if shard not in self.promoters:
+        tasks = self._shard_tasks.get(shard)
+        if tasks and not any(t.done() for t in tasks):
+            self.promoters[shard].wake()
+        else:
             self.promoters[shard] = Promoter(
                 shard, self.working_set, self.ownership, self.sessions.notify_shard
             )
             self.reapers[shard] = Reaper(
                 shard, self.working_set, self.ownership, self.settings.retry, self._on_expired
             )
-            self._tasks.append(asyncio.create_task(self.promoters[shard].run(), name=f"promote-{shard}"))
-            self._tasks.append(asyncio.create_task(self.reapers[shard].run(), name=f"reap-{shard}"))
-        else:
+            self._shard_tasks[shard] = [
+                asyncio.create_task(self.promoters[shard].run(), name=f"promote-{shard}"),
+                asyncio.create_task(self.reapers[shard].run(), name=f"reap-{shard}"),
+            ]
+        self.sessions.notify_shard(shard)
+
+    async def _on_lost(self, shard: int) -> None:
+        """Stop the shard's loops and send its workers where the shard went (their leases stay valid)."""
+        tasks = self._shard_tasks.pop(shard, [])
+        current = asyncio.current_task()
+        for task in tasks:
+            if task is not current:
+                task.cancel()
+        await asyncio.gather(*(t for t in tasks if t is not current), return_exceptions=True)
+        if self.stopping:
+            return
+        for session in list(self.sessions.by_shard.get(shard, ())):
+            session.send(pb.DispatcherMessage(redirect=pb.Redirect(reason=f"shard {shard} moved")))
+            session.close()
+
+    async def shard_epoch(self, shard: int) -> int:
+        """The shard's current epoch, ours or its owner's: for rare admin writes (requeue) from any member."""
+        epoch = self.ownership.epochs.get(shard)
+        if epoch is not None:
+            return epoch
+        metas = await self.working_set.metas([shard])
+        if shard not in metas:
+            raise NotOwner(f"shard {shard} has no owner right now; try again")
+        return metas[shard][1]
+
+    async def reconcile_now(self, shard: int) -> None:
+        epoch = self.ownership.epochs.get(shard)
+        if epoch is not None and await self.reconciler.reconcile(shard, epoch):
             self.promoters[shard].wake()
+
+    async def hand_off(self, shard: int, jobs: list[NewJob]) -> None:
+        """Committed jobs of a shard another process owns: ask the owner to queue them. When that
+        fails, flag the shard so its owner reconciles it from the DB (the jobs are safe there)."""
+        address = self.coordinator.view.address_of_owner(shard)
+        if address and address != self.advertise:
+            request = pb.PushJobsRequest(
+                shard=shard,
+                jobs=[pb.PushedJob(id=j.id, record=j.record.pack(), payload=j.payload) for j in jobs],
+            )
+            try:
+                await self.peers.shard_service(address).PushJobs(request, timeout=5)
+                return
+            except grpc.aio.AioRpcError as exc:
+                log.warning(
+                    "hand-off to the shard owner failed", shard=shard, owner=address, code=exc.code().name
+                )
+        try:
+            await self.redis.sadd(DIRTY_KEY, shard)
+        except REDIS_DOWN:
+            self._needs_reconcile.add(shard)
+        self.coordinator.wake()
 
     async def _reconcile_loop(self) -> None:
         last_full = asyncio.get_running_loop().time()
@@ -144,7 +222,7 @@ class Dispatcher:
             self.sessions.notify_shard(shard)
         delayed = [job.record.run_at_ms for job, p in placed if p == 2]
         if delayed:
-            self.promoters[shard].wake(min(delayed))
+            self.wake_promoter(shard, min(delayed))
 
     def _on_push_failed(self, shard: int) -> None:
         self._needs_reconcile.add(shard)
@@ -165,9 +243,14 @@ class Dispatcher:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    def wake_promoter(self, shard: int, run_at_ms: int | None = None) -> None:
+        promoter = self.promoters.get(shard)
+        if promoter is not None:
+            promoter.wake(run_at_ms)
+
     def after_transition(self, t: Transition) -> None:
         if t.state is JobState.DELAYED:
-            self.promoters[t.shard].wake(t.run_at_ms)
+            self.wake_promoter(t.shard, t.run_at_ms)
 
     def metrics_leased(self, grants: Sequence[Grant]) -> None:
         self.counters["leased"] += len(grants)

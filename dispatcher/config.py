@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -85,6 +86,18 @@ class Settings:
     data_dir: str = "shardq-data"
     #: SHARDQ_LISTEN: gRPC address.
     listen: str = "127.0.0.1:7070"
+    #: SHARDQ_ADVERTISE: the address workers and other dispatchers use to reach this process.
+    #: Unset: the listen address, with a wildcard host replaced by this machine's hostname.
+    advertise: str | None = None
+    #: SHARDQ_DISPATCHER_ID: this process's member id. Unset: <hostname>-<advertised port>, so a process
+    #: restarted in the same place takes its shards back at once instead of after the ownership TTL.
+    dispatcher_id: str | None = None
+    #: SHARDQ_OWNERSHIP_TTL_MS: a shard whose owner stops renewing is taken over after this long.
+    ownership_ttl_ms: int = 6_000
+    #: SHARDQ_PROCESSES: dispatcher processes a supervisor runs (``dispatcher run``). 1: no supervisor.
+    processes: int = 1
+    #: SHARDQ_SHARED_LISTEN: set by the supervisor for its children, which share the listen address.
+    shared_listen: bool = False
     #: SHARDQ_SHARD_COUNT: logical shards, fixed when a cluster is first created.
     shard_count: int = DEFAULT_SHARD_COUNT
     #: SHARDQ_LEASE_TTL_MS: default lease TTL of a job.
@@ -117,8 +130,21 @@ class Settings:
         for name in ("lease_ttl_ms", "max_attempts", "max_payload_bytes", "max_batch", "lease_batch"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
+        if self.ownership_ttl_ms < 1000:
+            raise ConfigError("ownership TTL must be at least 1000 ms")
+        if not 1 <= self.processes <= 256:
+            raise ConfigError("processes must be in 1..256")
         if self.reconnect_grace_ms < 0 or self.flush_interval_ms < 0:
             raise ConfigError("durations cannot be negative")
+
+    def advertised(self, port: int) -> str:
+        """The address peers and workers should use, given the port actually bound."""
+        if self.advertise:
+            return self.advertise
+        host = self.listen.rsplit(":", 1)[0].strip("[]")
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.gethostname()
+        return f"{host}:{port}"
 
     def resolved_db_url(self) -> str:
         return self.db_url or f"sqlite:///{os.path.join(self.data_dir, 'shardq.sqlite3')}"
@@ -134,7 +160,9 @@ class Settings:
                 continue
             kind = f.type if isinstance(f.type, str) else f.type.__name__
             try:
-                if kind.startswith("int"):
+                if kind.startswith("bool"):
+                    values[name] = raw.strip().lower() in ("1", "true", "yes", "on")
+                elif kind.startswith("int"):
                     values[name] = int(raw)
                 elif kind.startswith("float"):
                     values[name] = float(raw)

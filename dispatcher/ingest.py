@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 
@@ -106,12 +106,14 @@ class Ingestor:
         ownership: Ownership,
         on_pushed: Callable[[int, list[tuple[NewJob, int]]], None],
         on_push_failed: Callable[[int], None],
+        hand_off: Callable[[int, list[NewJob]], Awaitable[None]],
     ) -> None:
         self.shard_count = shard_count
         self.working_set = working_set
         self.ownership = ownership
         self.on_pushed = on_pushed  # (shard, [(job, 1 ready | 2 delayed)])
         self.on_push_failed = on_push_failed  # (shard): reconcile it when Redis is back
+        self.hand_off = hand_off  # (shard, jobs): the shard is another process's: give them to its owner
         self.commit = GroupCommit(store)
 
     async def enqueue(self, jobs: Sequence[ValidJob], now: int) -> list[tuple[str, bool]]:
@@ -156,12 +158,16 @@ class Ingestor:
                     idempotency_key=row.idem_key or "",
                 )
                 by_shard[row.shard].append(NewJob(job_id, record, row.payload))
-        await asyncio.gather(*(self._push(shard, new) for shard, new in by_shard.items()))
+        await asyncio.gather(*(self.push(shard, new) for shard, new in by_shard.items()))
         return results
 
-    async def _push(self, shard: int, jobs: list[NewJob]) -> None:
+    async def push(self, shard: int, jobs: list[NewJob]) -> None:
+        """Queue committed jobs in the shard's Redis sets, or hand them to the shard's owner."""
         for attempt in range(2):
-            epoch = self.ownership.epoch(shard)
+            epoch = self.ownership.epochs.get(shard)
+            if epoch is None:
+                await self.hand_off(shard, jobs)
+                return
             try:
                 for i in range(0, len(jobs), PUSH_CHUNK):
                     chunk = jobs[i : i + PUSH_CHUNK]
@@ -169,10 +175,14 @@ class Ingestor:
                     self.on_pushed(shard, list(zip(chunk, placed, strict=True)))
                 return
             except NotOwner:
-                # Redis lost the shard: recovery reconciles it from the DB, which has these rows.
+                # Redis lost the shard (recovery reconciles it from the DB, which has these rows), or
+                # another process took it over (then it is theirs to queue).
                 if attempt == 0 and await self.ownership.recover(shard, epoch):
                     continue
-                self.on_push_failed(shard)
+                if not self.ownership.owns(shard):
+                    await self.hand_off(shard, jobs)
+                else:
+                    self.on_push_failed(shard)
                 return
             except REDIS_DOWN as exc:
                 log.warning(

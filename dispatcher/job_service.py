@@ -131,7 +131,7 @@ class JobService(pb_grpc.JobServiceServicer):
     @rpc
     async def Stats(self, request: pb.StatsRequest, context: Any) -> pb.StatsResponse:
         queues: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        counts = await self.app.working_set.counts(sorted(self.app.ownership.epochs))
+        counts = await self.app.working_set.counts(range(self.settings.shard_count))
         for (job_type, prio, state), n in counts.items():
             queues[(job_type, prio)][state] += n
         for (job_type, prio), n in (await self.app.store.dead_counts()).items():
@@ -202,12 +202,12 @@ class JobService(pb_grpc.JobServiceServicer):
         n = 0
         for shard, group in by_shard.items():
             jobs = [NewJob(r.id, record_from_row(r, now, requeue=True), r.payload) for r in group]
-            n += await self.app.working_set.restore(shard, self.app.ownership.epoch(shard), "requeue", jobs)
+            n += await self.app.working_set.restore(shard, await self.app.shard_epoch(shard), "requeue", jobs)
             for r in group:
                 self.app.writer.record(
                     shard, StoreUpdate(r.id, "delayed", run_at=now, failures=0, expirations=0)
                 )
-            self.app.promoters[shard].wake(now)
+            self.app.wake_promoter(shard, now)
         await self.app.writer.flush()
         return n
 

@@ -66,4 +66,8 @@ class ShardKeys:
         return f"{self.tag}:ready:{int(priority)}:{job_type}"
 
 
-CLUSTER_KEY = f"{PREFIX}:cluster"  # hash: shard_count, created_at
+CLUSTER_KEY = f"{PREFIX}:cluster"  # hash: shard_count
+MEMBERS_KEY = f"{PREFIX}:members"  # hash: dispatcher id -> address
+ALIVE_KEY = f"{PREFIX}:alive"  # sorted set: dispatcher id scored by when its membership lapses (ms)
+ASSIGNMENT_KEY = f"{PREFIX}:assignment"  # hash: shard -> dispatcher id, written by rebalance
+DIRTY_KEY = f"{PREFIX}:dirty"  # set: shards whose owner should reconcile them (a hand-off failed)

@@ -41,7 +41,9 @@ class Reaper:
     async def run(self) -> None:
         backoff = 0.05
         while True:
-            epoch = self.ownership.epoch(self.shard)
+            epoch = self.ownership.epochs.get(self.shard)
+            if epoch is None:
+                return  # the shard moved; its new owner runs this loop now
             self._wake.clear()  # before looking, so a wake-up during the call is not lost
             try:
                 expired, next_deadline = await self.working_set.reap(

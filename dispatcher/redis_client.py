@@ -47,8 +47,8 @@ the caller's request (such as keys of different slots in one script) are raised 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis.asyncio as aioredis
@@ -78,7 +78,7 @@ RETRIES = 3
 BACKOFF_BASE_S = 0.05
 BACKOFF_CAP_S = 0.5
 
-_CLUSTER_QUERY_OPTIONS = {
+_CLUSTER_QUERY_OPTIONS: dict[str, Callable[[str], Any]] = {
     "ssl_ca_certs": str,
     "ssl_certfile": str,
     "ssl_keyfile": str,
@@ -140,7 +140,7 @@ class ShardqRedisCluster(_RedisCluster):
 
     # redis-py also retries TimeoutError here (10 s each); a timeout is reported at once instead,
     # as on a single server (see the module docstring).
-    ERRORS_ALLOW_RETRY = (ConnectionError, ClusterDownError, SlotNotCoveredError)
+    ERRORS_ALLOW_RETRY = (ConnectionError, ClusterDownError, SlotNotCoveredError)  # type: ignore[assignment]
 
     async def initialize(self, *args: Any, **kwargs: Any) -> Any:
         # Topology discovery: every RedisClusterException here means the seeds / nodes did not
@@ -158,13 +158,13 @@ class ShardqRedisCluster(_RedisCluster):
         except (ClusterDownError, SlotNotCoveredError) as exc:
             raise _unavailable(exc) from exc
 
-    def register_script(self, script: Any) -> AsyncScript:
+    def register_script(self, script: Any) -> AsyncScript:  # type: ignore[override]
         return _ClusterScript(self, script)
 
     def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
         if shard_hint:
             raise RedisClusterException("shard_hint is deprecated in cluster mode")
-        return _ShardqClusterPipeline(self, transaction)
+        return _ShardqClusterPipeline(self, transaction)  # type: ignore[abstract]  # as redis-py does
 
 
 class _ClusterScript(AsyncScript):
@@ -187,7 +187,7 @@ class _ClusterScript(AsyncScript):
         try:
             return await client.evalsha(self.sha, len(keys), *argv)
         except NoScriptError:
-            return await client.eval(self.script, len(keys), *argv)
+            return await client.eval(cast(str, self.script), len(keys), *argv)
 
 
 class _ShardqClusterPipeline(ClusterPipeline):

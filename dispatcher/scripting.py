@@ -23,6 +23,8 @@ SCRIPT_NAMES = (
     "forget_jobs",
     "missing_jobs",
     "acquire_shard",
+    "renew_shard",
+    "release_shard",
 )
 
 
@@ -58,3 +60,5 @@ class Scripts:
     forget_jobs: Any
     missing_jobs: Any
     acquire_shard: Any
+    renew_shard: Any
+    release_shard: Any

@@ -17,6 +17,7 @@ from .app import Dispatcher
 from .config import Settings
 from .embedded import EmbeddedRedis
 from .job_service import JobService
+from .shard_service import ShardService
 from .store import open_store
 from .store.postgres import redact
 from .worker_service import WorkerService
@@ -69,19 +70,28 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
         store = await open_store(settings.resolved_db_url())
         stack.push_async_callback(store.close)
         log.info("using database", url=store.url_for_logs, embedded=settings.db_url is None)
-        app = Dispatcher(settings, redis, store)
-        await app.start()
-        server = grpc.aio.server(options=GRPC_OPTIONS)
-        pb_grpc.add_JobServiceServicer_to_server(JobService(app), server)
-        pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(app), server)
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        # SO_REUSEPORT only when a supervisor runs several processes on one shared address.
+        options = [*GRPC_OPTIONS, ("grpc.so_reuseport", 1 if settings.shared_listen else 0)]
+        server = grpc.aio.server(options=options)
         port = server.add_insecure_port(settings.listen)
         if port == 0:
             raise OSError(f"cannot listen on {settings.listen}")
+        advertise = settings.advertised(port)
+        own_port = int(advertise.rsplit(":", 1)[1])
+        if own_port != port:  # a private address of this process, next to the shared one
+            host = settings.listen.rsplit(":", 1)[0]
+            if server.add_insecure_port(f"{host}:{own_port}") == 0:
+                raise OSError(f"cannot listen on {host}:{own_port}")
+        app = Dispatcher(settings, redis, store, advertise)
+        await app.start()
+        pb_grpc.add_JobServiceServicer_to_server(JobService(app), server)
+        pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(app), server)
+        pb_grpc.add_ShardServiceServicer_to_server(ShardService(app), server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         await server.start()
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        log.info("listening", address=settings.listen, port=port)
+        log.info("listening", address=settings.listen, port=port, advertise=advertise)
         return RunningDispatcher(app, server, port, health_servicer, stack)
     except BaseException:
         await stack.aclose()

@@ -127,7 +127,9 @@ class WorkerSession:
     async def _lease_from(
         self, shard: int, picks: list[Priority], fallback: bool
     ) -> tuple[int, list[Priority]]:
-        epoch = self.app.ownership.epoch(shard)
+        epoch = self.app.ownership.epochs.get(shard)
+        if epoch is None:
+            return 0, picks  # moved away since the round began
         now = now_ms()
         try:
             grants, unfilled = await self.app.working_set.lease(

@@ -286,12 +286,39 @@ class WorkingSet:
         r = await self.scripts.missing_jobs(keys=[ShardKeys(shard).jobs], args=list(ids))
         return [_s(x) for x in r]
 
-    async def acquire(self, shard: int, epoch: int, owner: str, now: int) -> int:
-        """Returns 0 acquired, 1 acquired a shard Redis did not know (reconcile it); raises NotOwner."""
-        r = await self.scripts.acquire_shard(keys=[ShardKeys(shard).meta], args=[epoch, owner, now])
+    async def acquire(self, shard: int, epoch: int, owner: str, now: int, until: int) -> int:
+        """0 acquired, 1 acquired a shard Redis did not know (reconcile it), -2 another owner holds
+        an unexpired lease; raises NotOwner when the shard already has an equal or higher epoch."""
+        r = await self.scripts.acquire_shard(keys=[ShardKeys(shard).meta], args=[epoch, owner, now, until])
         if int(r[0]) == -1:
             raise NotOwner(f"shard {shard} already has epoch {_s(r[1])} >= {epoch}")
         return int(r[0])
+
+    async def renew(self, shard: int, epoch: int, until: int) -> bool:
+        return bool(await self.scripts.renew_shard(keys=[ShardKeys(shard).meta], args=[epoch, until]))
+
+    async def release(self, shard: int, epoch: int) -> bool:
+        return bool(await self.scripts.release_shard(keys=[ShardKeys(shard).meta], args=[epoch]))
+
+    async def metas(self, shards: Sequence[int]) -> dict[int, tuple[str, int, int]]:
+        """shard -> (owner, epoch, lease until) for the shards whose meta exists, in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in shards:
+                pipe.hmget(ShardKeys(shard).meta, "owner", "epoch", "until")
+            replies = await pipe.execute()
+        out = {}
+        for shard, (owner, epoch, until) in zip(shards, replies, strict=True):
+            if epoch is not None:
+                out[shard] = (_s(owner or b""), int(epoch), int(until or 0))
+        return out
+
+    async def shard_counts(self, shards: Sequence[int]) -> dict[int, int]:
+        """Pending (delayed + ready + leased) jobs per shard, in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in shards:
+                pipe.hvals(ShardKeys(shard).counts)
+            replies = await pipe.execute()
+        return {shard: sum(int(v) for v in values) for shard, values in zip(shards, replies, strict=True)}
 
     async def next_due(self, shard: int) -> int:
         head = await self.redis.zrange(ShardKeys(shard).delayed, 0, 0, withscores=True)

@@ -437,3 +437,91 @@ class DispatcherMessage(_message.Message):
     cancel: Cancel
     redirect: Redirect
     def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., leases: _Optional[_Union[Leases, _Mapping]] = ..., extended: _Optional[_Union[LeasesExtended, _Mapping]] = ..., rejected: _Optional[_Union[LeasesRejected, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., redirect: _Optional[_Union[Redirect, _Mapping]] = ...) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("id", "address", "alive")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    address: str
+    alive: bool
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ...) -> None: ...
+
+class ShardInfo(_message.Message):
+    __slots__ = ("shard", "owner", "epoch", "address", "pending", "assigned")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    owner: str
+    epoch: int
+    address: str
+    pending: int
+    assigned: str
+    def __init__(self, shard: _Optional[int] = ..., owner: _Optional[str] = ..., epoch: _Optional[int] = ..., address: _Optional[str] = ..., pending: _Optional[int] = ..., assigned: _Optional[str] = ...) -> None: ...
+
+class GetShardMapRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetShardMapResponse(_message.Message):
+    __slots__ = ("shard_count", "members", "shards")
+    SHARD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    shard_count: int
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    shards: _containers.RepeatedCompositeFieldContainer[ShardInfo]
+    def __init__(self, shard_count: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., shards: _Optional[_Iterable[_Union[ShardInfo, _Mapping]]] = ...) -> None: ...
+
+class RebalanceRequest(_message.Message):
+    __slots__ = ("dry_run",)
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    dry_run: bool
+    def __init__(self, dry_run: _Optional[bool] = ...) -> None: ...
+
+class ShardMove(_message.Message):
+    __slots__ = ("shard", "source", "target", "pending")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    source: str
+    target: str
+    pending: int
+    def __init__(self, shard: _Optional[int] = ..., source: _Optional[str] = ..., target: _Optional[str] = ..., pending: _Optional[int] = ...) -> None: ...
+
+class RebalanceResponse(_message.Message):
+    __slots__ = ("moves", "applied")
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    moves: _containers.RepeatedCompositeFieldContainer[ShardMove]
+    applied: bool
+    def __init__(self, moves: _Optional[_Iterable[_Union[ShardMove, _Mapping]]] = ..., applied: _Optional[bool] = ...) -> None: ...
+
+class PushedJob(_message.Message):
+    __slots__ = ("id", "record", "payload")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    record: bytes
+    payload: bytes
+    def __init__(self, id: _Optional[str] = ..., record: _Optional[bytes] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class PushJobsRequest(_message.Message):
+    __slots__ = ("shard", "jobs")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    jobs: _containers.RepeatedCompositeFieldContainer[PushedJob]
+    def __init__(self, shard: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[PushedJob, _Mapping]]] = ...) -> None: ...
+
+class PushJobsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -511,3 +511,162 @@ class WorkerService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ShardServiceStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.GetShardMap = channel.unary_unary(
+                '/shardq.v1.ShardService/GetShardMap',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.GetShardMapRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.GetShardMapResponse.FromString,
+                _registered_method=True)
+        self.Rebalance = channel.unary_unary(
+                '/shardq.v1.ShardService/Rebalance',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.RebalanceRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.RebalanceResponse.FromString,
+                _registered_method=True)
+        self.PushJobs = channel.unary_unary(
+                '/shardq.v1.ShardService/PushJobs',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.PushJobsRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.PushJobsResponse.FromString,
+                _registered_method=True)
+
+
+class ShardServiceServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def GetShardMap(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Rebalance(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PushJobs(self, request, context):
+        """Internal: a dispatcher that committed jobs of a shard it does not own asks the owner to queue them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ShardServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'GetShardMap': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetShardMap,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.GetShardMapRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.GetShardMapResponse.SerializeToString,
+            ),
+            'Rebalance': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rebalance,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.RebalanceRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.RebalanceResponse.SerializeToString,
+            ),
+            'PushJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.PushJobs,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.PushJobsRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.PushJobsResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'shardq.v1.ShardService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('shardq.v1.ShardService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ShardService:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def GetShardMap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.ShardService/GetShardMap',
+            shardq_dot_v1_dot_shardq__pb2.GetShardMapRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.GetShardMapResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rebalance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.ShardService/Rebalance',
+            shardq_dot_v1_dot_shardq__pb2.RebalanceRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.RebalanceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PushJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.ShardService/PushJobs',
+            shardq_dot_v1_dot_shardq__pb2.PushJobsRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.PushJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -1,10 +1,14 @@
---[[ Take ownership of a shard with a fencing epoch issued by the DB.
-Input:  KEYS[1] meta; ARGV[1] epoch, ARGV[2] owner, ARGV[3] now (ms)
-Output: {0, ''} acquired; {-1, current epoch} when the shard already has an equal or higher epoch.
-        {1, ''} acquired a shard whose meta was missing (new, or lost by Redis: reconcile it).
+--[[ Take ownership of a shard: a fencing epoch issued by the DB and an ownership lease.
+Input:  KEYS[1] meta; ARGV[1] epoch, ARGV[2] owner, ARGV[3] now (ms), ARGV[4] lease until (ms)
+Output: {0, ''} acquired; {1, ''} acquired a shard whose meta was missing (new, or lost by Redis:
+        reconcile it); {-1, current epoch} the shard already has an equal or higher epoch;
+        {-2, owner} another owner holds an unexpired lease on it.
 ]]
-local current = redis.call('HGET', KEYS[1], 'epoch')
-if current and tonumber(current) >= tonumber(ARGV[1]) then return {-1, current} end
-redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'owner', ARGV[2], 'acquired_at', ARGV[3])
-if current then return {0, ''} end
+local cur = redis.call('HMGET', KEYS[1], 'epoch', 'owner', 'until')
+if cur[1] and tonumber(cur[1]) >= tonumber(ARGV[1]) then return {-1, cur[1]} end
+if cur[2] and cur[2] ~= '' and cur[2] ~= ARGV[2] and tonumber(cur[3] or 0) > tonumber(ARGV[3]) then
+  return {-2, cur[2]}
+end
+redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'owner', ARGV[2], 'until', ARGV[4], 'acquired_at', ARGV[3])
+if cur[1] then return {0, ''} end
 return {1, ''}
