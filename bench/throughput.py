@@ -47,7 +47,9 @@ async def _ready(target: str, timeout: float = 30.0) -> None:
     raise TimeoutError("dispatcher did not start")
 
 
-async def run(jobs: int, types: int, db: str, workers: int, concurrency: int) -> dict[str, float]:
+async def run(
+    jobs: int, types: int, db: str, workers: int, concurrency: int, processes: int = 1
+) -> dict[str, float]:
     tmp = tempfile.mkdtemp(prefix="shardq-bench-")
     redis = EmbeddedRedis()
     await redis.start()

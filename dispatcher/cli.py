@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .config import Settings
@@ -11,7 +12,10 @@ from .logs import configure
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.processes is None and "SHARDQ_PROCESSES" not in os.environ:
+        args.processes = os.cpu_count() or 1
     settings = Settings.from_env(
+        processes=args.processes,
         redis_url=args.redis_url,
         db_url=args.db_url,
         listen=args.listen,
@@ -21,6 +25,10 @@ def _run(args: argparse.Namespace) -> int:
     configure(settings.log_level, settings.log_format)
     import uvloop
 
+    if settings.processes > 1:
+        from .supervisor import Supervisor
+
+        return int(uvloop.run(Supervisor(settings).run()))
     from .server import run_until_signalled
 
     uvloop.run(run_until_signalled(settings))
@@ -37,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dispatcher", description="shardq dispatcher daemon")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a dispatcher (embedded Redis and SQLite unless URLs are given)")
+    run.add_argument(
+        "--processes",
+        type=int,
+        help="dispatcher processes under one supervisor (env SHARDQ_PROCESSES; default: the number of CPUs)",
+    )
     run.add_argument("--redis-url", help="Redis URL (env SHARDQ_REDIS_URL); unset: a private redis-server")
     run.add_argument("--db-url", help="postgresql://... or sqlite:///path (env SHARDQ_DB_URL); unset: SQLite")
     run.add_argument("--listen", help="gRPC address (env SHARDQ_LISTEN, default 127.0.0.1:7070)")

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, NoReturn
+
+import grpc
 
 from worker_sdk import Client, ShardqError
 from worker_sdk._convert import REASONS
@@ -164,6 +167,48 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"dispatcherctl: {message} (see {self.prog} --help)\n")
 
 
+def cmd_shards(client: Client, args: argparse.Namespace) -> Any:
+    view = client.shard_map()
+    rows = [(s.shard, s.owner or "-", s.epoch, s.address or "-", s.pending) for s in view.shards]
+    members = ", ".join(f"{m.id} ({m.address}{'' if m.alive else ', down'})" for m in view.members) or "none"
+    text = f"members: {members}\n" + table(["shard", "owner", "epoch", "address", "pending"], rows)
+    data = {
+        "shard_count": view.shard_count,
+        "members": [{"id": m.id, "address": m.address, "alive": m.alive} for m in view.members],
+        "shards": [
+            {"shard": s.shard, "owner": s.owner, "epoch": s.epoch, "address": s.address, "pending": s.pending}
+            for s in view.shards
+        ],
+    }
+    return data, text
+
+
+def cmd_rebalance(client: Client, args: argparse.Namespace) -> Any:
+    result = client.rebalance(dry_run=args.dry_run)
+    rows = [(m.shard, m.source or "-", m.target, m.pending) for m in result.moves]
+    moved = {m.shard: m.target for m in result.moves}
+    if result.applied and moved and args.wait > 0:
+        deadline = time.monotonic() + args.wait
+        while time.monotonic() < deadline:
+            owners = {s.shard: s.owner for s in client.shard_map().shards}
+            if all(owners.get(shard) == target for shard, target in moved.items()):
+                break
+            time.sleep(0.2)
+        else:
+            raise ShardqError(grpc.StatusCode.DEADLINE_EXCEEDED, f"moves not finished after {args.wait:g} s")
+    head = "plan (dry run, nothing moved)" if args.dry_run else "applied"
+    text = (
+        f"{head}: {len(rows)} shard(s) move\n" + table(["shard", "from", "to", "pending"], rows)
+        if rows
+        else "already balanced: nothing to move"
+    )
+    data = {
+        "applied": result.applied,
+        "moves": [{"shard": s, "from": f, "to": t, "pending": p} for s, f, t, p in rows],
+    }
+    return data, text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dispatcherctl", description="operate a shardq dispatcher")
     parser.add_argument("--target", help="dispatcher address (env SHARDQ_TARGET, default 127.0.0.1:7070)")
@@ -194,6 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stats", help="queue depth per type and priority")
     p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("shards", help="the shard map: owner, epoch and pending jobs per shard")
+    p.set_defaults(func=cmd_shards)
+    p = sub.add_parser("rebalance", help="balance shards over the live dispatchers, live")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, move nothing")
+    p.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the moves (0: do not wait)")
+    p.set_defaults(func=cmd_rebalance)
 
     dlq = sub.add_parser("dlq", help="the dead-letter queue").add_subparsers(
         dest="dlq_command", required=True

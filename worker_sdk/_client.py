@@ -44,12 +44,21 @@ class Client:
         self.timeout = timeout
         self._channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.JobServiceStub(self._channel)
+        self._shards = pb_grpc.ShardServiceStub(self._channel)
 
-    def _call(self, method: str, request: Any) -> Any:
+    def _call(self, method: str, request: Any, stub: Any = None) -> Any:
         try:
-            return getattr(self._stub, method)(request, timeout=self.timeout)
+            return getattr(stub or self._stub, method)(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
+
+    def shard_map(self) -> pb.GetShardMapResponse:
+        """Which dispatcher owns which shard (any dispatcher answers)."""
+        return self._call("GetShardMap", pb.GetShardMapRequest(), self._shards)
+
+    def rebalance(self, *, dry_run: bool = False) -> pb.RebalanceResponse:
+        """Balance the shards over the live dispatchers; with dry_run, only return the plan."""
+        return self._call("Rebalance", pb.RebalanceRequest(dry_run=dry_run), self._shards)
 
     def enqueue(self, job_type: str, payload: Any = None, **options: Any) -> str:
         """Enqueue one job; returns its id (the existing job's id when the idempotency key exists).

@@ -21,6 +21,7 @@ import structlog
 
 from dispatcher._pb import shardq_pb2 as pb
 from dispatcher._pb import shardq_pb2_grpc as pb_grpc
+from shardmap import shard_for
 
 from ._client import CHANNEL_OPTIONS, resolve_target
 from ._context import JobContext, ms_to_datetime
@@ -38,19 +39,37 @@ class _Running:
     ref: pb.LeaseRef
     ctx: JobContext
     ttl_ms: int
+    link: str  # the address of the dispatcher that leased it
     task: asyncio.Task[None] | None = None
     lost: bool = False  # lease rejected: never ack it
     cancelled_by_dispatcher: bool = False
 
 
 @dataclass
-class _Outbox:
-    acks: list[pb.Ack] = field(default_factory=list)
+class _Link:
+    """One stream to one dispatcher, with its share of the worker's concurrency."""
+
+    address: str
+    share: int
+    granted: int = 0  # credit granted on the current stream, not yet used by leases
+    acks: list[pb.Ack] = field(default_factory=list)  # results to write on this link
     nacks: list[pb.Nack] = field(default_factory=list)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    connected: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    retired: bool = False
+
+    @property
+    def unsent(self) -> int:
+        return len(self.acks) + len(self.nacks)
 
 
 class Worker:
     """Serve handlers until shut down. Await it, use ``async with``, or call ``run()`` to block.
+
+    The worker asks the target for the shard map and keeps one stream to each dispatcher that owns
+    shards of its job types, splitting its concurrency between them; when shards move it follows
+    them, reclaiming the leases it still holds.
 
     Args:
         handlers: ``{job_type: callable}``; each is called with a :class:`JobContext`. Async callables run
@@ -75,6 +94,7 @@ class Worker:
         worker_id: str | None = None,
         max_reconnect_delay: float = 5.0,
         handle_signals: bool = True,
+        map_refresh: float = 5.0,
     ) -> None:
         if not handlers:
             raise ValueError("handlers must name at least one job type")
@@ -88,10 +108,11 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.max_reconnect_delay = max_reconnect_delay
         self.handle_signals = handle_signals
+        self.map_refresh = map_refresh
         self._running: dict[str, _Running] = {}
-        self._unsent = _Outbox()  # results not yet written to a stream
-        self._granted = 0  # credit granted on the current stream, not yet used by leases
-        self._wake_sender = asyncio.Event()
+        self._links: dict[str, _Link] = {}
+        self._owner_of: dict[int, str] = {}  # shard -> owner address, from the last shard map
+        self._remap = asyncio.Event()
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
         self._connected = asyncio.Event()
@@ -134,7 +155,6 @@ class Worker:
         if grace is not None:
             self.shutdown_grace = grace
         self._stopping.set()
-        self._wake_sender.set()
         await self._stopped.wait()
 
     async def serve_forever(self) -> None:
@@ -145,13 +165,16 @@ class Worker:
                     loop.add_signal_handler(sig, self._stopping.set)
                 except (NotImplementedError, RuntimeError, ValueError):
                     break  # not the main thread
-        connection = asyncio.create_task(self._connection_loop(), name="shardq-connection")
+        router = asyncio.create_task(self._route(), name="shardq-router")
         try:
             await self._stopping.wait()
             await self._drain()
         finally:
-            connection.cancel()
-            await asyncio.gather(connection, return_exceptions=True)
+            router.cancel()
+            links = [link.task for link in self._links.values() if link.task is not None]
+            for task in links:
+                task.cancel()
+            await asyncio.gather(router, *links, return_exceptions=True)
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._stopped.set()
             self.log.info("worker stopped", completed=self.completed)
@@ -160,7 +183,7 @@ class Worker:
 
     async def _drain(self) -> None:
         self._draining = True
-        self._wake_sender.set()
+        self._wake_all()
         self.log.info("worker draining", running=len(self._running), grace=self.shutdown_grace)
         tasks = [r.task for r in self._running.values() if r.task is not None]
         if tasks:
@@ -168,65 +191,146 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        # Give the results a moment to reach the dispatcher.
+        # Give the results a moment to reach the dispatchers.
         try:
             async with asyncio.timeout(5.0):
-                while self._unsent.acks or self._unsent.nacks:
-                    self._wake_sender.set()
+                while any(link.unsent for link in self._links.values()):
+                    self._wake_all()
                     await asyncio.sleep(0.01)
         except TimeoutError:
             self.log.warning(
-                "results not delivered before exit",
-                acks=len(self._unsent.acks),
-                nacks=len(self._unsent.nacks),
+                "results not delivered before exit", unsent=sum(link.unsent for link in self._links.values())
             )
 
-    # -- connection --------------------------------------------------------------------------------
+    def _wake_all(self) -> None:
+        for link in self._links.values():
+            link.wake.set()
 
-    async def _connection_loop(self) -> None:
-        delay = 0.1
-        target = self.target
-        while not self._stopping.is_set() or self._running or self._unsent.acks or self._unsent.nacks:
-            redirect: str | None = None
+    # -- the shard map: which dispatchers to hold streams to -------------------------------------
+
+    async def _route(self) -> None:
+        """Keep one link per dispatcher owning shards of our types; re-read the map periodically,
+        when a dispatcher redirects us, and when a link cannot connect."""
+        while True:
+            self._remap.clear()
+            addresses = await self._owner_addresses()
+            self._set_links(addresses)
             try:
-                async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
-                    redirect = await self._session(pb_grpc.WorkerServiceStub(channel))
+                async with asyncio.timeout(self.map_refresh):
+                    await self._remap.wait()
+                await asyncio.sleep(0.05)  # let a burst of redirects settle into one re-read
+            except TimeoutError:
+                pass
+
+    async def _owner_addresses(self) -> list[str]:
+        try:
+            async with grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS) as channel:
+                view = await pb_grpc.ShardServiceStub(channel).GetShardMap(pb.GetShardMapRequest(), timeout=5)
+        except (grpc.aio.AioRpcError, OSError) as exc:
+            self.log.debug("shard map unavailable; using the target", error=str(exc))
+            return list(self._links) or [self.target]
+        self._owner_of = {s.shard: s.address for s in view.shards if s.address}
+        mine = {shard_for(t, view.shard_count) for t in self.handlers} if view.shard_count else set()
+        addresses = sorted({self._owner_of[s] for s in mine if s in self._owner_of})
+        return addresses or list(self._links) or [self.target]
+
+    def _set_links(self, addresses: list[str]) -> None:
+        wanted = set(addresses)
+        for address in list(self._links):
+            if address not in wanted:
+                self._retire(self._links.pop(address))
+        for address in addresses:
+            if address not in self._links:
+                link = self._links[address] = _Link(address, share=1)
+                link.task = asyncio.create_task(self._link_loop(link), name=f"shardq-link-{address}")
+        n = len(self._links)
+        for i, link in enumerate(self._links.values()):
+            link.share = max(1, self.concurrency // n + (1 if i < self.concurrency % n else 0))
+            link.wake.set()
+
+    def _retire(self, link: _Link) -> None:
+        """A dispatcher we no longer need: its undelivered results go where their shards are now."""
+        link.retired = True
+        if link.task is not None:
+            link.task.cancel()
+        pending_acks, pending_nacks = link.acks, link.nacks
+        link.acks, link.nacks = [], []
+        for ack in pending_acks:
+            self._link_for(ack.lease.shard, link.address).acks.append(ack)
+        for nack in pending_nacks:
+            self._link_for(nack.lease.shard, link.address).nacks.append(nack)
+        self._wake_all()
+
+    def _link_for(self, shard: int, origin: str) -> _Link:
+        """Where a lease's heartbeats and result go: its shard's owner, else the link it came from,
+        else any link (a dispatcher checks the token, so any can take it)."""
+        for address in (self._owner_of.get(shard), origin):
+            if address and address in self._links:
+                return self._links[address]
+        if not self._links:
+            self._set_links([self.target])
+        return next(iter(self._links.values()))
+
+    # -- one link -------------------------------------------------------------------------------
+
+    async def _link_loop(self, link: _Link) -> None:
+        delay = 0.1
+        while not link.retired:
+            try:
+                async with grpc.aio.insecure_channel(link.address, options=CHANNEL_OPTIONS) as channel:
+                    redirect = await self._session(link, pb_grpc.WorkerServiceStub(channel))
                 delay = 0.1
+                if redirect is not None:
+                    self._remap.set()
+                    await asyncio.sleep(0.05)
+                    continue
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
                     self.log.error("dispatcher rejected this worker", error=exc.details())
                     self._stopping.set()
                     return
                 self.log.warning(
-                    "stream to dispatcher failed", target=target, code=exc.code().name, error=exc.details()
+                    "stream to dispatcher failed",
+                    target=link.address,
+                    code=exc.code().name,
+                    error=exc.details(),
                 )
-            except (TimeoutError, OSError) as exc:
-                self.log.warning("cannot reach dispatcher", target=target, error=str(exc))
+                self._remap.set()
+            except (OSError, TimeoutError) as exc:
+                self.log.warning("cannot reach dispatcher", target=link.address, error=str(exc))
+                self._remap.set()
             finally:
-                self._connected.clear()
-            if redirect:
-                target = redirect
-                continue
+                link.connected.clear()
+                if not any(x.connected.is_set() for x in self._links.values()):
+                    self._connected.clear()
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, self.max_reconnect_delay)
 
-    async def _session(self, stub: pb_grpc.WorkerServiceStub) -> str | None:
+    def _held_by(self, link: _Link) -> list[pb.LeaseRef]:
+        refs = [
+            r.ref
+            for r in self._running.values()
+            if not r.lost and self._link_for(r.ref.shard, r.link) is link
+        ]
+        return refs + [a.lease for a in link.acks] + [n.lease for n in link.nacks]
+
+    async def _session(self, link: _Link, stub: pb_grpc.WorkerServiceStub) -> str | None:
+        """One stream; returns the redirect target ('' = the same) when the dispatcher sends us on."""
         call = stub.Connect()
-        held = [r.ref for r in self._running.values() if not r.lost]
-        held += [a.lease for a in self._unsent.acks] + [n.lease for n in self._unsent.nacks]
+        held = self._held_by(link)
         await call.write(
             pb.WorkerMessage(
                 hello=pb.Hello(
                     worker_id=self.worker_id,
                     job_types=sorted(self.handlers),
-                    concurrency=self.concurrency,
+                    concurrency=link.share,
                     held=held,
                 )
             )
         )
-        self._granted = 0
-        sender = asyncio.create_task(self._sender(call), name="shardq-sender")
-        heartbeat = asyncio.create_task(self._heartbeats(call), name="shardq-heartbeat")
+        link.granted = 0
+        sender = asyncio.create_task(self._sender(link, call), name="shardq-sender")
+        heartbeat = asyncio.create_task(self._heartbeats(link, call), name="shardq-heartbeat")
         try:
             while True:
                 message = await call.read()
@@ -235,84 +339,89 @@ class Worker:
                 kind = message.WhichOneof("msg")
                 if kind == "welcome":
                     self._heartbeat_ms = message.welcome.heartbeat_interval_ms or self._heartbeat_ms
+                    link.connected.set()
                     self._connected.set()
-                    self._wake_sender.set()
-                    self.log.info("connected", dispatcher=message.welcome.dispatcher_id, reclaiming=len(held))
+                    link.wake.set()
+                    self.log.info(
+                        "connected",
+                        dispatcher=message.welcome.dispatcher_id,
+                        address=link.address,
+                        reclaiming=len(held),
+                    )
                 elif kind == "leases":
-                    self._granted -= len(message.leases.leases)
+                    link.granted -= len(message.leases.leases)
                     for lease in message.leases.leases:
-                        self._start(lease)
+                        self._start(lease, link.address)
                 elif kind == "rejected":
                     for rejected in message.rejected.leases:
                         self._lose(rejected.ref.job_id, rejected.reason)
                 elif kind == "cancel":
-                    running = self._running.get(message.cancel.ref.job_id)
-                    if running is not None and running.ref.token == message.cancel.ref.token:
-                        running.cancelled_by_dispatcher = True
-                        running.ctx._cancelled.set()
-                        if running.task is not None and inspect.iscoroutinefunction(
-                            self.handlers.get(running.ctx.type)
-                        ):
-                            running.task.cancel()
+                    self._cancel(message.cancel.ref)
                 elif kind == "redirect":
                     self.log.info(
                         "redirected",
-                        target=message.redirect.target or "(same)",
+                        target=message.redirect.target or "(map)",
                         reason=message.redirect.reason,
                     )
-                    return message.redirect.target or None
+                    return message.redirect.target
         finally:
             sender.cancel()
             heartbeat.cancel()
             await asyncio.gather(sender, heartbeat, return_exceptions=True)
             call.cancel()
 
-    async def _sender(self, call: Any) -> None:
+    async def _sender(self, link: _Link, call: Any) -> None:
         drained_sent = False
         while True:
-            await self._wake_sender.wait()
-            self._wake_sender.clear()
-            if not self._connected.is_set():
+            await link.wake.wait()
+            link.wake.clear()
+            if not link.connected.is_set():
                 continue
-            batch, self._unsent = self._unsent, _Outbox()
+            acks, nacks = link.acks, link.nacks
+            link.acks, link.nacks = [], []
             try:
-                if batch.acks:
-                    await call.write(pb.WorkerMessage(acks=pb.Acks(acks=batch.acks)))
-                if batch.nacks:
-                    await call.write(pb.WorkerMessage(nacks=pb.Nacks(nacks=batch.nacks)))
+                if acks:
+                    await call.write(pb.WorkerMessage(acks=pb.Acks(acks=acks)))
+                if nacks:
+                    await call.write(pb.WorkerMessage(nacks=pb.Nacks(nacks=nacks)))
                 if self._draining:
                     if not drained_sent:
                         await call.write(pb.WorkerMessage(drain=pb.Drain()))
                         drained_sent = True
                     continue
                 # Results not yet written still hold their slot at the dispatcher.
-                unsent = len(self._unsent.acks) + len(self._unsent.nacks)
-                deficit = self.concurrency - len(self._running) - unsent - self._granted
-                # Refill in batches (a quarter of the concurrency) so leases come in batches too;
-                # at once when nothing is left to run, so the worker never idles waiting for a refill.
-                idle = not self._running and self._granted == 0
-                if deficit > 0 and (idle or deficit >= max(1, self.concurrency // 4)):
-                    self._granted += deficit
+                running = sum(1 for r in self._running.values() if r.link == link.address)
+                deficit = link.share - running - link.unsent - link.granted
+                # Refill in batches (a quarter of the share) so leases come in batches too; at once
+                # when nothing is left to run, so the link never idles waiting for a refill.
+                idle = running == 0 and link.granted == 0
+                if deficit > 0 and (idle or deficit >= max(1, link.share // 4)):
+                    link.granted += deficit
                     await call.write(pb.WorkerMessage(credit=pb.Credit(slots=deficit)))
             except BaseException:
                 # Not written: keep them for the next stream (they are reclaimed in its hello).
-                self._unsent.acks[:0] = batch.acks
-                self._unsent.nacks[:0] = batch.nacks
+                link.acks[:0] = acks
+                link.nacks[:0] = nacks
                 raise
 
-    async def _heartbeats(self, call: Any) -> None:
+    async def _heartbeats(self, link: _Link, call: Any) -> None:
         while True:
             interval = self._heartbeat_ms
-            if self._running:
-                interval = min(interval, max(100, min(r.ttl_ms for r in self._running.values()) // 3))
+            ttls = [r.ttl_ms for r in self._running.values() if not r.lost]
+            if ttls:
+                interval = min(interval, max(100, min(ttls) // 3))
             await asyncio.sleep(interval / 1000)
-            refs = [r.ref for r in self._running.values() if not r.lost]
-            if refs and self._connected.is_set():
+            refs = [
+                r.ref
+                for r in self._running.values()
+                if not r.lost and self._link_for(r.ref.shard, r.link) is link
+            ]
+            if refs and link.connected.is_set():
                 await call.write(pb.WorkerMessage(heartbeat=pb.Heartbeat(leases=refs)))
 
     # -- jobs ------------------------------------------------------------------------------------
 
-    def _start(self, lease: pb.Lease) -> None:
+    def _start(self, lease: pb.Lease, link: str) -> None:
         ctx = JobContext(
             job_id=lease.ref.job_id,
             type=lease.type,
@@ -326,9 +435,19 @@ class Worker:
             token=lease.ref.token,
             shard=lease.ref.shard,
         )
-        running = _Running(ref=lease.ref, ctx=ctx, ttl_ms=lease.lease_ttl_ms)
+        running = _Running(ref=lease.ref, ctx=ctx, ttl_ms=lease.lease_ttl_ms, link=link)
         self._running[ctx.job_id] = running
         running.task = asyncio.create_task(self._execute(running), name=f"job-{ctx.job_id}")
+
+    def _cancel(self, ref: pb.LeaseRef) -> None:
+        running = self._running.get(ref.job_id)
+        if running is None or running.ref.token != ref.token:
+            return
+        running.cancelled_by_dispatcher = True
+        running.ctx._cancelled.set()
+        handler = self.handlers.get(running.ctx.type)
+        if running.task is not None and handler is not None and inspect.iscoroutinefunction(handler):
+            running.task.cancel()
 
     def _lose(self, job_id: str, reason: str) -> None:
         running = self._running.get(job_id)
@@ -375,15 +494,20 @@ class Worker:
             outcome = pb.Nack(lease=running.ref, error=_describe(exc), retryable=True)
         finally:
             self._running.pop(ctx.job_id, None)
+        origin = self._links.get(running.link)
         if running.lost:
-            self._wake_sender.set()
+            if origin is not None:
+                origin.wake.set()  # its slot is free: credit can be refilled
             return
+        link = self._link_for(running.ref.shard, running.link)
         if isinstance(outcome, pb.Ack):
-            self._unsent.acks.append(outcome)
+            link.acks.append(outcome)
             self.completed += 1
         else:
-            self._unsent.nacks.append(outcome)
-        self._wake_sender.set()
+            link.nacks.append(outcome)
+        link.wake.set()
+        if origin is not None and origin is not link:
+            origin.wake.set()
 
     async def _invoke(self, handler: Handler, ctx: JobContext) -> Any:
         if inspect.iscoroutinefunction(handler):

@@ -11,7 +11,12 @@ import pytest
 from tests.support.processes import DispatcherProcess, WorkerProcess
 
 # Short timings so crash recovery is observable in seconds; the code paths are the production ones.
-TEST_SETTINGS = {"shard_count": 8, "reconnect_grace_ms": 1000, "reconcile_interval_s": 3600}
+TEST_SETTINGS = {
+    "processes": 1,
+    "shard_count": 8,
+    "reconnect_grace_ms": 1000,
+    "reconcile_interval_s": 3600,
+}
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from dispatcher._pb import shardq_pb2 as pb
@@ -49,10 +51,11 @@ async def test_heartbeats_keep_a_lease_and_reconnect_reclaims_it(dispatcher):
         await worker.credit(1)
         lease = (await worker.next_of("leases")).leases[0]
         deadline = lease.deadline_ms
-        for _ in range(4):  # well past the TTL, kept alive by heartbeats
+        for _ in range(4):  # 1 s in all, well past the 0.6 s TTL, kept alive by heartbeats alone
+            await asyncio.sleep(0.25)  # time passing is the point here, not a wait for a condition
             await worker.send(heartbeat=pb.Heartbeat(leases=[lease.ref]))
             extended = (await worker.next_of("extended")).leases[0]
-            assert extended.deadline_ms > deadline
+            assert extended.deadline_ms >= deadline + 200
             deadline = extended.deadline_ms
         await worker.close()
         # Reconnect within the grace (1 s in tests) with the same worker id: the lease is reclaimed.
