@@ -138,10 +138,11 @@ def main() -> None:
     parser.add_argument("--db", default="sqlite", help="sqlite, or a postgresql:// URL of an empty database")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--processes", type=int, default=1, help="dispatcher processes (a supervisor when > 1)")
     args = parser.parse_args()
     import uvloop
 
-    result = uvloop.run(run(args.jobs, args.types, args.db, args.workers, args.concurrency))
+    result = uvloop.run(run(args.jobs, args.types, args.db, args.workers, args.concurrency, args.processes))
     for key, value in result.items():
         print(f"{key:28} {value:12.2f}")
 

@@ -126,7 +126,7 @@ class Dispatcher:
             self.promoters[shard].wake()
         else:
             self.promoters[shard] = Promoter(
-                shard, self.working_set, self.ownership, self.sessions.notify_shard
+                shard, self.working_set, self.ownership, self.sessions.notify_ready
             )
             self.reapers[shard] = Reaper(
                 shard, self.working_set, self.ownership, self.settings.retry, self._on_expired
@@ -218,8 +218,9 @@ class Dispatcher:
 
     def _on_pushed(self, shard: int, placed: list[tuple[NewJob, int]]) -> None:
         self.counters["enqueued"] += len(placed)
-        if any(p == 1 for _, p in placed):
-            self.sessions.notify_shard(shard)
+        ready = {(job.record.type, int(job.record.priority)) for job, p in placed if p == 1}
+        if ready:
+            self.sessions.notify_ready(shard, ready)
         delayed = [job.record.run_at_ms for job, p in placed if p == 2]
         if delayed:
             self.wake_promoter(shard, min(delayed))

@@ -8,7 +8,7 @@ within a few milliseconds of its time and never before it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -24,7 +24,11 @@ IDLE_RECHECK_S = 5.0  # safety net for jobs put in Redis by another path (restor
 
 class Promoter:
     def __init__(
-        self, shard: int, working_set: WorkingSet, ownership: Ownership, on_ready: Callable[[int], None]
+        self,
+        shard: int,
+        working_set: WorkingSet,
+        ownership: Ownership,
+        on_ready: Callable[[int, Iterable[tuple[str, int]]], None],
     ) -> None:
         self.shard = shard
         self.working_set = working_set
@@ -46,7 +50,8 @@ class Promoter:
                 return  # the shard moved; its new owner runs this loop now
             self._wake.clear()  # before looking, so a wake-up during the call is not lost
             try:
-                promoted, next_due = await self.working_set.promote_due(self.shard, epoch, now_ms(), BATCH)
+                promotion = await self.working_set.promote(self.shard, epoch, now_ms(), BATCH)
+                promoted, next_due = promotion.promoted, promotion.next_due
                 backoff = 0.05
             except NotOwner:
                 if not await self.ownership.recover(self.shard, epoch):
@@ -59,7 +64,7 @@ class Promoter:
                 continue
             if promoted:
                 self.promoted_total += promoted
-                self.on_ready(self.shard)
+                self.on_ready(self.shard, promotion.queues)
                 if promoted >= BATCH:
                     continue
             self._next_due = next_due

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from contextlib import AsyncExitStack
 from typing import Any
@@ -98,12 +99,24 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
         raise
 
 
+async def _exit_when_orphaned(stop: asyncio.Event) -> None:
+    parent = os.getppid()
+    while os.getppid() == parent:  # noqa: ASYNC110 - nothing signals a reparenting; poll it
+        await asyncio.sleep(1.0)
+    log.warning("the supervisor is gone; shutting down")
+    stop.set()
+
+
 async def run_until_signalled(settings: Settings) -> None:
     running = await start_dispatcher(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # Supervised: do not outlive the supervisor.
+    watchdog = asyncio.create_task(_exit_when_orphaned(stop)) if settings.shared_listen else None
     await stop.wait()
     log.info("shutting down")
+    if watchdog is not None:
+        watchdog.cancel()
     await running.stop()

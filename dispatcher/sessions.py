@@ -87,7 +87,9 @@ class WorkerSession:
                     async with asyncio.timeout(IDLE_RECHECK_S):
                         await self.wake.wait()
                 except TimeoutError:
-                    pass
+                    # The safety net: look at every shard again, whatever the hints say.
+                    for shard, types in self.types_by_shard.items():
+                        self.app.sessions.hints.forget(shard, types)
 
     async def _lease_round(self, n: int) -> int:
         """Lease up to n jobs across this worker's shards with the class picks of the fairness policy.
@@ -95,32 +97,42 @@ class WorkerSession:
         One shard: its lease script falls back to the highest non-empty class itself. Several: first
         each shard serves only the classes picked, then unfilled picks go to the highest class that has
         jobs in any shard, so a shard holding only low jobs cannot take a slot that high jobs elsewhere
-        should get."""
+        should get. Shards known to have nothing ready for these types are skipped (ReadyHints)."""
         picks = self.picker.picks(n)
+        hints = self.app.sessions.hints
         shards = [s for s in self.types_by_shard if self.app.ownership.owns(s)]
         if not shards:
             return 0
         self._rotation = (self._rotation + 1) % len(shards)
         shards = shards[self._rotation :] + shards[: self._rotation]
         if len(shards) == 1:
-            return (await self._lease_from(shards[0], picks, fallback=True))[0]
+            shard = shards[0]
+            if not any(hints.maybe(shard, self.types_by_shard[shard], c) for c in Priority):
+                return 0
+            got, unfilled = await self._lease_from(shard, picks, fallback=True)
+            if unfilled:  # with fallback, an unfilled pick means every class is empty
+                hints.mark_empty(shard, self.types_by_shard[shard], Priority)
+            return got
         granted = 0
-        empty: set[tuple[int, Priority]] = set()  # (shard, class) seen empty in this round
         for shard in shards:
+            types = self.types_by_shard[shard]
             if not picks or self.closed:
                 return granted
+            if not any(hints.maybe(shard, types, c) for c in set(picks)):
+                continue
             got, unfilled = await self._lease_from(shard, picks, fallback=False)
-            empty |= {(shard, c) for c in unfilled}
+            hints.mark_empty(shard, types, set(unfilled))
             granted, picks = granted + got, unfilled
         for cls in Priority:
             for shard in shards:
+                types = self.types_by_shard[shard]
                 if not picks or self.closed:
                     return granted
-                if (shard, cls) in empty:
+                if not hints.maybe(shard, types, cls):
                     continue
                 got, unfilled = await self._lease_from(shard, [cls] * len(picks), fallback=False)
                 if unfilled:
-                    empty.add((shard, cls))
+                    hints.mark_empty(shard, types, [cls])
                 granted, picks = granted + got, picks[got:]
         return granted
 
@@ -173,8 +185,39 @@ def _lease_message(g: Grant) -> pb.Lease:
     )
 
 
+class ReadyHints:
+    """Which (shard, type, class) queues are known to be empty, so a worker whose types span many
+    shards asks only those that may have ready jobs. Everything is "maybe" until a lease finds it
+    empty; whatever makes a job ready in a shard (a push, a promotion, an acquisition) runs in the
+    shard's owner, which clears the mark, and an idle worker looks everywhere again now and then."""
+
+    def __init__(self) -> None:
+        self._empty: set[tuple[int, str, int]] = set()
+
+    def maybe(self, shard: int, job_types: Iterable[str], cls: int) -> bool:
+        return any((shard, t, int(cls)) not in self._empty for t in job_types)
+
+    def mark_empty(self, shard: int, job_types: Iterable[str], classes: Iterable[int]) -> None:
+        for t in job_types:
+            for c in classes:
+                self._empty.add((shard, t, int(c)))
+
+    def mark_ready(self, shard: int, job_type: str, cls: int) -> None:
+        self._empty.discard((shard, job_type, int(cls)))
+
+    def forget(self, shard: int, job_types: Iterable[str] | None = None) -> None:
+        """Back to "maybe" for the shard (all types, or these)."""
+        if job_types is None:
+            self._empty = {e for e in self._empty if e[0] != shard}
+        else:
+            for t in job_types:
+                for c in Priority:
+                    self._empty.discard((shard, t, int(c)))
+
+
 class SessionRegistry:
     def __init__(self) -> None:
+        self.hints = ReadyHints()
         self.sessions: set[WorkerSession] = set()
         self.by_shard: dict[int, set[WorkerSession]] = defaultdict(set)
         self.holders: dict[str, WorkerSession] = {}  # job id -> session holding its lease
@@ -193,8 +236,20 @@ class SessionRegistry:
                 del self.holders[job_id]
 
     def notify_shard(self, shard: int) -> None:
+        """Something may have become ready in the shard: look again."""
+        self.hints.forget(shard)
         for session in self.by_shard.get(shard, ()):
             session.wake.set()
+
+    def notify_ready(self, shard: int, queues: Iterable[tuple[str, int]]) -> None:
+        """Jobs of these (type, class) queues became ready in the shard."""
+        types = set()
+        for job_type, cls in queues:
+            self.hints.mark_ready(shard, job_type, cls)
+            types.add(job_type)
+        for session in self.by_shard.get(shard, ()):
+            if types.intersection(session.job_types):
+                session.wake.set()
 
     def all(self) -> Iterable[WorkerSession]:
         return list(self.sessions)

@@ -55,6 +55,7 @@ class Supervisor:
         if adv_host in ("0.0.0.0", "::"):
             adv_host = socket.gethostname()
         self.advertise_host = adv_host
+        self.id_prefix = settings.dispatcher_id or socket.gethostname()
         self.children = [Child(i, _free_port(self.host)) for i in range(settings.processes)]
         self._stopping = asyncio.Event()
 
@@ -66,7 +67,7 @@ class Supervisor:
                 "SHARDQ_SHARED_LISTEN": "1",
                 "SHARDQ_LISTEN": f"{self.host}:{self.port}",
                 "SHARDQ_ADVERTISE": f"{self.advertise_host}:{child.port}",
-                "SHARDQ_DISPATCHER_ID": f"{self.settings.dispatcher_id or socket.gethostname()}-{self.port}-{child.slot}",
+                "SHARDQ_DISPATCHER_ID": f"{self.id_prefix}-{self.port}-{child.slot}",
                 "SHARDQ_REDIS_URL": redis_url,
             }
         )

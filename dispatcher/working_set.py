@@ -62,6 +62,13 @@ class Transition:
 
 
 @dataclass(frozen=True)
+class Promotion:
+    promoted: int
+    next_due: int  # ms, -1 when nothing is delayed
+    queues: frozenset[tuple[str, int]]  # (type, class) of the jobs that became ready
+
+
+@dataclass(frozen=True)
 class NackSpec:
     id: str
     token: str
@@ -104,22 +111,29 @@ class WorkingSet:
 
     async def promote_due(self, shard: int, epoch: int, now: int, limit: int) -> tuple[int, int]:
         """Move up to ``limit`` due jobs to their ready sets. Returns (promoted, next due ms or -1)."""
+        promotion = await self.promote(shard, epoch, now, limit)
+        return promotion.promoted, promotion.next_due
+
+    async def promote(self, shard: int, epoch: int, now: int, limit: int) -> Promotion:
         k = ShardKeys(shard)
         due = await self.scripts.peek_due(keys=[k.delayed, k.jobs, k.meta], args=[now, limit, epoch])
         _check_owner(due, shard)
         if not due:
             head = await self.redis.zrange(k.delayed, 0, 0, withscores=True)
-            return 0, int(head[0][1]) if head else -1
+            return Promotion(0, int(head[0][1]) if head else -1, frozenset())
         ready_keys: dict[str, int] = {}
+        queues: set[tuple[str, int]] = set()
         args: list[Any] = [epoch, now]
         for i in range(0, len(due), 3):
             job_type, prio = _s(due[i + 1]), int(due[i + 2])
+            if prio >= 0:
+                queues.add((job_type, prio))
             idx = 0 if prio < 0 else ready_keys.setdefault(k.ready(job_type, prio), len(ready_keys) + 1)
             args += [due[i], idx]
         keys = [k.meta, k.jobs, k.delayed, k.counts, k.seq, *ready_keys]
         result = await self.scripts.promote_delayed(keys=keys, args=args)
         _check_owner(result, shard)
-        return int(result[0]), int(result[1])
+        return Promotion(int(result[0]), int(result[1]), frozenset(queues))
 
     # -- leases ------------------------------------------------------------------
 
