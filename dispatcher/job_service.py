@@ -20,7 +20,7 @@ from .errors import REDIS_DOWN, DispatcherError, InvalidArgument, NotFound
 from .reconciler import record_from_row
 from .states import JobState, Priority
 from .status_writer import transition_update
-from .store import DeadFilter, JobRow, StoreUpdate
+from .store import DeadFilter, JobRow
 from .working_set import NewJob, Transition
 
 if TYPE_CHECKING:
@@ -203,12 +203,8 @@ class JobService(pb_grpc.JobServiceServicer):
         for shard, group in by_shard.items():
             jobs = [NewJob(r.id, record_from_row(r, now, requeue=True), r.payload) for r in group]
             n += await self.app.working_set.restore(shard, await self.app.shard_epoch(shard), "requeue", jobs)
-            for r in group:
-                self.app.writer.record(
-                    shard, StoreUpdate(r.id, "delayed", run_at=now, failures=0, expirations=0)
-                )
+            await self.app.store.requeue_dead([r.id for r in group], now)
             self.app.wake_promoter(shard, now)
-        await self.app.writer.flush()
         return n
 
     @rpc

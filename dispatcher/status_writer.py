@@ -87,20 +87,21 @@ class StatusWriter:
     async def stop(self) -> None:
         """Commit what is pending (trying for a few seconds if the DB is down), then stop."""
         if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            # Not mid-commit: a transaction cancelled halfway would leave the connection unusable.
+            async with self._lock:
+                self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
         self._force_upto = self._recorded
+        error = ""
         for _ in range(10):
             try:
                 async with self._lock:
                     await self._commit_once()
                 return
-            except StoreUnavailable:
+            except StoreUnavailable as exc:
+                error = str(exc)
                 await asyncio.sleep(0.5)
-        log.error("status updates not committed at shutdown", pending=len(self._pending))
+        log.error("status updates not committed at shutdown", pending=len(self._pending), error=error)
 
     async def flush(self, timeout: float = 10.0) -> None:
         """Wait until everything recorded before this call is committed."""

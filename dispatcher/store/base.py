@@ -119,7 +119,9 @@ _UPDATE = (
     "attempts = COALESCE(?, attempts), failures = COALESCE(?, failures), "
     "expirations = COALESCE(?, expirations), last_error = COALESCE(?, last_error), dead_reason = ?, "
     "result = COALESCE(?, result), started_at = COALESCE(?, started_at), finished_at = ?, updated_at = ? "
-    "WHERE id = ?"
+    # A finished job stays finished: an older update committed late (by the shard's former owner)
+    # must not make it look active again. Only a requeue (requeue_dead) leaves the dead state.
+    "WHERE id = ? AND status NOT IN ('succeeded', 'cancelled', 'dead')"
 )
 _INSERT = (
     "INSERT INTO jobs (id, type, shard, priority, payload, status, run_at, max_attempts, lease_ttl_ms, "
@@ -305,6 +307,19 @@ class Store(abc.ABC):
                 "SELECT type, priority, COUNT(*) FROM jobs WHERE status = 'dead' GROUP BY type, priority"
             )
         return {(r[0], int(r[1])): int(r[2]) for r in rows}
+
+    async def requeue_dead(self, ids: Sequence[str], run_at: int) -> None:
+        """Dead jobs back to delayed, with a fresh attempt budget."""
+        async with self.transaction() as tx:
+            for i in range(0, len(ids), 500):
+                chunk = list(ids[i : i + 500])
+                marks = ", ".join("?" * len(chunk))
+                await tx.execute(
+                    "UPDATE jobs SET status = 'delayed', run_at = ?, failures = 0, expirations = 0, "
+                    "dead_reason = NULL, finished_at = NULL, updated_at = ? "
+                    f"WHERE status = 'dead' AND id IN ({marks})",
+                    [run_at, now_ms(), *chunk],
+                )
 
     async def purge_dead(self, where: DeadFilter) -> int:
         sql, params = where.where()

@@ -57,7 +57,11 @@ class SqliteStore(Store):
             try:
                 await self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                raise StoreUnavailable(f"database unavailable: {exc}") from exc
+                if "within a transaction" not in str(exc):
+                    raise StoreUnavailable(f"database unavailable: {exc}") from exc
+                # A transaction abandoned by a cancelled caller: undo it and start ours.
+                await self._conn.execute("ROLLBACK")
+                await self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield _SqliteTx(self._conn)
             except BaseException:
