@@ -202,8 +202,9 @@ class JobService(pb_grpc.JobServiceServicer):
         n = 0
         for shard, group in by_shard.items():
             jobs = [NewJob(r.id, record_from_row(r, now, requeue=True), r.payload) for r in group]
-            n += await self.app.working_set.restore(shard, await self.app.shard_epoch(shard), "requeue", jobs)
+            # The row first: once the job runs again its status updates must find it active.
             await self.app.store.requeue_dead([r.id for r in group], now)
+            n += await self.app.working_set.restore(shard, await self.app.shard_epoch(shard), "requeue", jobs)
             self.app.wake_promoter(shard, now)
         return n
 

@@ -5,6 +5,9 @@ Fixtures
 redis_server   (session)  one RedisServer for the whole run
 redis_url      (function) that server's URL, FLUSHALLed before the test
 private_redis  (function) a RedisServer of the test's own, for tests that kill or restart Redis
+redis_cluster  (session)  one 3-master RedisCluster3 for the whole run (skips without redis-cli,
+                          fails when CI is set)
+redis_cluster_url (function) its ``redis+cluster://`` URL, every master FLUSHALLed before the test
 pg_admin_url   (session)  SHARDQ_TEST_PG_URL, or the local default server, or None
 db_url         (function) parametrized [sqlite] and [postgres]: a fresh, empty database URL
 """
@@ -21,6 +24,7 @@ import pytest
 import uvloop
 
 from tests.support import postgres
+from tests.support.redis_cluster import RedisCliNotFound, RedisCluster3
 from tests.support.redis_server import RedisServer
 
 
@@ -64,6 +68,33 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.start()
     yield server
     server.stop()
+
+
+# -- Redis Cluster -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster3]:
+    """One 3-master Redis Cluster for the session. Without redis-cli: skip, or fail when CI is set."""
+    try:
+        cluster = RedisCluster3(tmp_path_factory.mktemp("redis-cluster"))
+    except RedisCliNotFound as exc:
+        if _in_ci():
+            pytest.fail(f"CI needs a Redis Cluster: {exc}", pytrace=False)
+        pytest.skip(str(exc))
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def redis_cluster_url(redis_cluster: RedisCluster3) -> str:
+    """``redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`` of the session cluster, every
+    master emptied (FLUSHALL) before the test. A node a test stopped is started again first."""
+    if not redis_cluster.is_running():
+        redis_cluster.ensure_running()
+    redis_cluster.flushall()
+    return redis_cluster.url
 
 
 # -- Databases -----------------------------------------------------------------------
