@@ -193,7 +193,7 @@ class LuaStateMachine(RuleBasedStateMachine):
         self.types_seen: set[str] = set()
         self.serial = 0
         self.ready_keys = {self.k.ready(t, c): (t, c) for t in TYPES for c in Priority}
-        assert self.run(self.ws.acquire(SHARD, self.epoch, "owner-1", self.now)) == 1
+        assert self.run(self.ws.acquire(SHARD, self.epoch, "owner-1", self.now, self.now)) == 1
 
     async def _connect(self, port: int) -> Any:
         client = aredis.Redis(host="127.0.0.1", port=port)
@@ -747,11 +747,11 @@ class LuaStateMachine(RuleBasedStateMachine):
         refused = data.draw(st.integers(0, self.epoch), label="not newer epoch")
         before = self.dump()
         with pytest.raises(NotOwner):
-            self.run(self.ws.acquire(SHARD, refused, "usurper", self.now))
+            self.run(self.ws.acquire(SHARD, refused, "usurper", self.now, self.now))
         assert self.dump() == before, "a refused acquire changed Redis"
         self.stale_epochs.append(self.epoch)
         self.epoch += step
-        assert self.run(self.ws.acquire(SHARD, self.epoch, f"owner-{self.epoch}", self.now)) == 0
+        assert self.run(self.ws.acquire(SHARD, self.epoch, f"owner-{self.epoch}", self.now, self.now)) == 0
 
     @precondition(lambda self: bool(self.stale_epochs))
     @rule(
@@ -888,7 +888,7 @@ def test_enqueue_counts_a_record_packed_with_a_state(redis_port: int) -> None:
         try:
             await client.flushall()
             ws = WorkingSet(client)
-            await ws.acquire(SHARD, 1, "owner", T0)
+            await ws.acquire(SHARD, 1, "owner", T0, T0)
 
             def job(job_id: str, run_at: int) -> NewJob:
                 # What dispatcher/ingest.py builds: state=DELAYED for every new job.

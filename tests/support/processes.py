@@ -169,7 +169,10 @@ class WorkerProcess:
 def read_ledger(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # A writer may be half-way through its last line: only complete lines count.
+    text = path.read_text()
+    complete = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in complete.splitlines() if line.strip()]
 
 
 def events(path: Path, event: str) -> Iterator[dict[str, Any]]:

@@ -56,3 +56,11 @@ def test_retry_policy_validation():
 
 def test_default_db_is_sqlite_in_the_data_dir():
     assert Settings(data_dir="d").resolved_db_url() == "sqlite:///d/shardq.sqlite3"
+
+
+def test_secrets_are_redacted_from_urls():
+    from dispatcher.store.postgres import redact
+
+    assert redact("postgresql://app:s3cret@db:5432/jobs") == "postgresql://app:***@db:5432/jobs"
+    assert redact("redis+cluster://:pw@a:7001,b:7002") == "redis+cluster://:***@a:7001,b:7002"
+    assert redact("redis://cache:6379/0") == "redis://cache:6379/0"
