@@ -98,12 +98,11 @@ class Dispatcher:
         """Stop leasing, tell workers to reconnect later (their leases stay valid: tokens live in
         Redis), release the shards so the other members take them at once, commit status."""
         self.stopping = True
+        self.coordinator.stopping()
         for session in self.sessions.all():
             session.send(pb.DispatcherMessage(redirect=pb.Redirect(reason="dispatcher shutting down")))
             session.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await _cancel_all(self._tasks)
         self._tasks.clear()
         await self.ingest.commit.stop()
         await self.coordinator.leave()
@@ -282,3 +281,15 @@ class Dispatcher:
                 continue  # the full TTL still bounds them
             if shard in self.reapers:
                 self.reapers[shard].wake()
+
+
+async def _cancel_all(tasks: list[asyncio.Task[Any]], timeout: float = 5.0) -> None:
+    """Cancel and await the tasks; one that will not finish is reported with its stack, not waited on."""
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=timeout)
+    for task in pending:
+        frames = [f"{f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}" for f in task.get_stack()]
+        log.error("task did not stop when cancelled", task=task.get_name(), stack=frames)

@@ -28,6 +28,7 @@ from shardmap import fallback_owner
 from .clock import now_ms
 from .errors import REDIS_DOWN
 from .keys import ALIVE_KEY, ASSIGNMENT_KEY, DIRTY_KEY, MEMBERS_KEY
+from .wakeup import Wakeup, cancelling
 
 if TYPE_CHECKING:
     from .app import Dispatcher
@@ -54,7 +55,7 @@ class Coordinator:
         self.app = app
         self.tick_s = min(tick_s, app.settings.ownership_ttl_ms / 5000)
         self.view = ClusterView()
-        self._wake = asyncio.Event()
+        self._wake = Wakeup()
         self._stopping = False
 
     @property
@@ -62,6 +63,11 @@ class Coordinator:
         return self.app.dispatcher_id
 
     def wake(self) -> None:
+        self._wake.set()
+
+    def stopping(self) -> None:
+        """No more placement: the process is leaving."""
+        self._stopping = True
         self._wake.set()
 
     async def join(self) -> None:
@@ -91,14 +97,14 @@ class Coordinator:
                 await self.place()
                 await self._reconcile_dirty()
             except REDIS_DOWN as exc:
+                if cancelling():
+                    raise
                 log.warning("coordinator: redis unavailable", error=str(exc))
             except Exception:
+                if cancelling():
+                    raise
                 log.exception("coordinator tick failed")
-            try:
-                async with asyncio.timeout(self.tick_s):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await self._wake.wait(self.tick_s)
 
     async def _heartbeat(self) -> None:
         async with self.app.redis.pipeline(transaction=False) as pipe:

@@ -15,6 +15,7 @@ import structlog
 from .clock import now_ms
 from .errors import REDIS_DOWN, NotOwner
 from .ownership import Ownership
+from .wakeup import Wakeup, cancelling
 from .working_set import WorkingSet
 
 log = structlog.get_logger("shardq.promoter")
@@ -34,7 +35,7 @@ class Promoter:
         self.working_set = working_set
         self.ownership = ownership
         self.on_ready = on_ready
-        self._wake = asyncio.Event()
+        self._wake = Wakeup()
         self._next_due = -1
         self.promoted_total = 0
 
@@ -58,6 +59,8 @@ class Promoter:
                     return
                 continue
             except REDIS_DOWN as exc:
+                if cancelling():
+                    raise
                 log.warning("promoter: redis unavailable", shard=self.shard, error=str(exc))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -69,8 +72,4 @@ class Promoter:
                     continue
             self._next_due = next_due
             delay = IDLE_RECHECK_S if next_due < 0 else max(0.0, (next_due - now_ms()) / 1000)
-            try:
-                async with asyncio.timeout(min(delay, IDLE_RECHECK_S)):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await self._wake.wait(min(delay, IDLE_RECHECK_S))

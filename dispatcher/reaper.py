@@ -11,6 +11,7 @@ from .clock import now_ms
 from .config import RetryPolicy
 from .errors import REDIS_DOWN, NotOwner
 from .ownership import Ownership
+from .wakeup import Wakeup, cancelling
 from .working_set import Transition, WorkingSet
 
 log = structlog.get_logger("shardq.reaper")
@@ -32,7 +33,7 @@ class Reaper:
         self.ownership = ownership
         self.policy = policy
         self.on_transitions = on_transitions
-        self._wake = asyncio.Event()
+        self._wake = Wakeup()
         self.expired_total = 0
 
     def wake(self) -> None:
@@ -55,6 +56,8 @@ class Reaper:
                     return
                 continue
             except REDIS_DOWN as exc:
+                if cancelling():
+                    raise
                 log.warning("reaper: redis unavailable", shard=self.shard, error=str(exc))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -68,8 +71,4 @@ class Reaper:
                 if len(expired) >= BATCH:
                     continue
             delay = MAX_SLEEP_S if next_deadline < 0 else max(0.0, (next_deadline - now_ms()) / 1000)
-            try:
-                async with asyncio.timeout(min(delay, MAX_SLEEP_S)):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await self._wake.wait(min(delay, MAX_SLEEP_S))

@@ -18,6 +18,7 @@ from .fairness import FairPicker
 from .states import Priority
 from .status_writer import LEASE_WRITE_DELAY_MS, lease_update
 from .validation import priority_to_pb
+from .wakeup import Wakeup
 from .working_set import Grant
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ class WorkerSession:
         self.credit = 0
         self.held: dict[str, tuple[str, int]] = {}  # job id -> (token, shard)
         self.outbox: asyncio.Queue[pb.DispatcherMessage | None] = asyncio.Queue()
-        self.wake = asyncio.Event()
+        self.wake = Wakeup()
         self.draining = False
         self.closed = False
         self.error: DispatcherError | None = None  # why the dispatcher closed the stream
@@ -83,10 +84,7 @@ class WorkerSession:
                 continue
             granted = await self._lease_round(min(self.credit, settings.lease_batch))
             if granted == 0 and not self.closed:
-                try:
-                    async with asyncio.timeout(IDLE_RECHECK_S):
-                        await self.wake.wait()
-                except TimeoutError:
+                if not await self.wake.wait(IDLE_RECHECK_S):
                     # The safety net: look at every shard again, whatever the hints say.
                     for shard, types in self.types_by_shard.items():
                         self.app.sessions.hints.forget(shard, types)

@@ -22,6 +22,7 @@ import structlog
 from .clock import now_ms
 from .errors import StoreUnavailable
 from .store import Store, StoreUpdate
+from .wakeup import Wakeup, cancelling
 from .working_set import Grant, Transition, WorkingSet
 
 log = structlog.get_logger("shardq.status_writer")
@@ -46,7 +47,7 @@ class StatusWriter:
         self._committing: dict[str, _Entry] = {}
         self._recorded = 0  # record() calls so far
         self._force_upto = 0  # commit entries up to this seq even if deferred (a flush waits on them)
-        self._wake = asyncio.Event()
+        self._wake = Wakeup()
         self._progress = asyncio.Condition()
         self._lock = asyncio.Lock()  # held while committing and forgetting
         self._task: asyncio.Task[None] | None = None
@@ -99,6 +100,8 @@ class StatusWriter:
                     await self._commit_once()
                 return
             except StoreUnavailable as exc:
+                if cancelling():
+                    raise
                 error = str(exc)
                 await asyncio.sleep(0.5)
         log.error("status updates not committed at shutdown", pending=len(self._pending), error=error)
@@ -136,6 +139,8 @@ class StatusWriter:
                     log.info("status writes resumed")
                 self.healthy = True
             except StoreUnavailable as exc:
+                if cancelling():
+                    raise
                 if self.healthy:
                     log.warning("status writes failing, keeping them to retry", error=str(exc))
                 self.healthy = False
@@ -143,6 +148,8 @@ class StatusWriter:
                 backoff = min(backoff * 2, 2.0)
                 self._wake.set()
             except Exception:
+                if cancelling():
+                    raise
                 # Not an outage: some update in the batch is unstorable. Commit them one by one and drop
                 # (and log) the ones the DB refuses, so one bad row cannot stop every status write.
                 log.exception("status batch refused; committing it row by row")
@@ -159,12 +166,8 @@ class StatusWriter:
             if self._pending and earliest <= now_ms():
                 return
             timeout = (earliest - now_ms()) / 1000 if self._pending else None
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._wake.wait()
-                return
-            except TimeoutError:
-                return
+            await self._wake.wait(timeout)
+            return
 
     def _take_due(self) -> dict[str, _Entry]:
         now = now_ms()

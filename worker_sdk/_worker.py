@@ -21,6 +21,7 @@ import structlog
 
 from dispatcher._pb import shardq_pb2 as pb
 from dispatcher._pb import shardq_pb2_grpc as pb_grpc
+from dispatcher.wakeup import Wakeup
 from shardmap import shard_for
 
 from ._client import CHANNEL_OPTIONS, resolve_target
@@ -112,7 +113,7 @@ class Worker:
         self._running: dict[str, _Running] = {}
         self._links: dict[str, _Link] = {}
         self._owner_of: dict[int, str] = {}  # shard -> owner address, from the last shard map
-        self._remap = asyncio.Event()
+        self._remap = Wakeup()
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
         self._connected = asyncio.Event()
@@ -215,12 +216,8 @@ class Worker:
             self._remap.clear()
             addresses = await self._owner_addresses()
             self._set_links(addresses)
-            try:
-                async with asyncio.timeout(self.map_refresh):
-                    await self._remap.wait()
+            if await self._remap.wait(self.map_refresh):
                 await asyncio.sleep(0.05)  # let a burst of redirects settle into one re-read
-            except TimeoutError:
-                pass
 
     async def _owner_addresses(self) -> list[str]:
         try:
