@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -38,9 +37,7 @@ class Dispatcher:
         self.redis = redis
         self.store = store
         self.advertise = advertise
-        self.dispatcher_id = (
-            settings.dispatcher_id or f"{socket.gethostname()}-{advertise.rsplit(':', 1)[-1]}"
-        )
+        self.dispatcher_id = settings.member_id(advertise)
         self.working_set = WorkingSet(redis)
         self.writer = StatusWriter(store, self.working_set, settings.flush_interval_ms)
         self.ownership = Ownership(

@@ -146,6 +146,10 @@ class Settings:
             host = socket.gethostname()
         return f"{host}:{port}"
 
+    def member_id(self, advertise: str) -> str:
+        """This process's id among the dispatchers (see dispatcher_id)."""
+        return self.dispatcher_id or f"{socket.gethostname()}-{advertise.rsplit(':', 1)[-1]}"
+
     def resolved_db_url(self) -> str:
         return self.db_url or f"sqlite:///{os.path.join(self.data_dir, 'shardq.sqlite3')}"
 

@@ -100,13 +100,13 @@ def is_cluster_url(url: str) -> bool:
     return url.partition("://")[0].lower() in CLUSTER_SCHEMES
 
 
-def connect(url: str) -> Any:
+def connect(url: str, client_name: str | None = None) -> Any:
     """A ``redis.asyncio.Redis`` for redis:// rediss:// unix:// URLs, a ``RedisCluster`` for
     redis+cluster:// and rediss+cluster:// URLs (see the module docstring). Nothing is connected
     yet: the first command opens the connections (and, on a cluster, discovers the topology)."""
     scheme = url.partition("://")[0].lower()
     if scheme in CLUSTER_SCHEMES:
-        return _connect_cluster(url)
+        return _connect_cluster(url, client_name)
     if scheme not in SINGLE_SCHEMES:
         raise ConfigError(
             f"unsupported Redis URL scheme {scheme!r}: use redis://, rediss://, unix://, "
@@ -120,6 +120,7 @@ def connect(url: str) -> Any:
         socket_keepalive=True,
         health_check_interval=HEALTH_CHECK_INTERVAL_S,
         retry=retry_policy(),
+        client_name=client_name,  # CLIENT LIST shows which dispatcher a connection belongs to
     )
 
 
@@ -248,8 +249,10 @@ def _parse_host_port(item: str, url: str) -> tuple[str, int]:
     return host, port
 
 
-def _connect_cluster(url: str) -> ShardqRedisCluster:
+def _connect_cluster(url: str, client_name: str | None = None) -> ShardqRedisCluster:
     nodes, options = parse_cluster_url(url)
+    if client_name:
+        options["client_name"] = client_name
     return ShardqRedisCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in nodes],
         decode_responses=False,

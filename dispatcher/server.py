@@ -66,8 +66,6 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
             redis_url = embedded.url
         else:
             log.info("using redis", url=redact(redis_url))
-        redis: Any = redis_client.connect(redis_url)  # one server, or a Redis Cluster
-        stack.push_async_callback(redis.aclose)
         store = await open_store(settings.resolved_db_url())
         stack.push_async_callback(store.close)
         log.info("using database", url=store.url_for_logs, embedded=settings.db_url is None)
@@ -83,6 +81,9 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
             host = settings.listen.rsplit(":", 1)[0]
             if server.add_insecure_port(f"{host}:{own_port}") == 0:
                 raise OSError(f"cannot listen on {host}:{own_port}")
+        # One server, or a Redis Cluster; connections named after this member.
+        redis: Any = redis_client.connect(redis_url, client_name=settings.member_id(advertise))
+        stack.push_async_callback(redis.aclose)
         app = Dispatcher(settings, redis, store, advertise)
         await app.start()
         pb_grpc.add_JobServiceServicer_to_server(JobService(app), server)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -181,3 +182,43 @@ def test_paused_owner_is_fenced_after_takeover(start_dispatcher, redis_url, db_u
         starts = Counter(e["job"] for e in read_ledger(ledger) if e["event"] == "start")
         assert all(starts[j] == 1 for j in ids), "a job ran twice across the takeover"
         wait_until(lambda: _settled(first.target, 2), timeout=30)  # it rejoins as a member
+
+
+def test_only_the_owner_runs_scripts_on_a_shard(start_dispatcher, redis_url, db_url, start_worker, ledger):
+    """Shard ownership removes contention: watch every script Redis runs (MONITOR) and check that each
+    shard's keys are touched by one dispatcher only."""
+    import redis as redis_sync
+
+    procs = [start_dispatcher(redis_url, db_url, **FAST) for _ in range(2)]
+    wait_until(lambda: _settled(procs[0].target, 2), timeout=30)
+    with Client(procs[0].target) as client:
+        client.rebalance()
+        wait_until(lambda: sorted(_owners(procs[0].target).values()) == [8, 8], timeout=20)
+        types = [f"noop{i}" for i in range(16)]
+        start_worker(procs[0].target, types=",".join(types), concurrency=16)
+        owners = {s.shard: s.owner for s in _map(procs[0].target).shards}
+        admin = redis_sync.Redis.from_url(redis_url)
+        names = {}
+        seen: dict[int, set[str]] = defaultdict(set)
+        scripts = 0
+        with admin.monitor() as monitor:
+            # Enqueue through both dispatchers: each hands other owners' jobs over instead of queueing them.
+            for proc in procs:
+                with Client(proc.target) as c:
+                    c.enqueue_many([{"type": types[i % 16]} for i in range(400)])
+            deadline = time.monotonic() + 10
+            for command in monitor.listen():
+                text = command["command"]
+                if text.startswith("EVALSHA") and "{s" in text:
+                    shard = int(text.split("{s", 1)[1].split("}", 1)[0])
+                    seen[shard].add(f"{command['client_address']}:{command['client_port']}")
+                    scripts += 1
+                if scripts >= 400 or time.monotonic() > deadline:
+                    break
+        for client_info in admin.client_list():
+            names[client_info["addr"]] = client_info["name"]
+        admin.close()
+    assert scripts >= 100
+    for shard, addresses in seen.items():
+        runners = {names.get(a, a) for a in addresses}
+        assert runners == {owners[shard]}, f"shard {shard} touched by {runners}, owned by {owners[shard]}"
