@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 import structlog
 
+from . import metrics
 from ._pb import shardq_pb2 as pb
 from .clock import now_ms
 from .config import Settings
@@ -214,6 +215,8 @@ class Dispatcher:
 
     def _on_pushed(self, shard: int, placed: list[tuple[NewJob, int]]) -> None:
         self.counters["enqueued"] += len(placed)
+        for job, _ in placed:
+            metrics.ENQUEUED.labels(metrics.type_label(job.record.type)).inc()
         ready = {(job.record.type, int(job.record.priority)) for job, p in placed if p == 1}
         if ready:
             self.sessions.notify_ready(shard, ready)
@@ -233,7 +236,7 @@ class Dispatcher:
             self.writer.record(t.shard, transition_update(t, now, error=LEASE_EXPIRED_ERROR))
             self.after_transition(t)
             self.counters["expired"] += 1
-            self.metrics_finished(t)
+            self.metrics_finished(t, t.job_type, "expire")
 
     def background(self, task: asyncio.Future[Any]) -> None:
         """Keep a reference to a fire-and-forget task until it ends (the loop only keeps weak ones)."""
@@ -251,9 +254,22 @@ class Dispatcher:
 
     def metrics_leased(self, grants: Sequence[Grant]) -> None:
         self.counters["leased"] += len(grants)
+        now = now_ms()
+        for g in grants:
+            metrics.observe_lease(g.type, int(g.priority), g.enqueued_at_ms, g.run_at_ms, g.attempt, now)
 
-    def metrics_finished(self, t: Transition) -> None:
+    def metrics_finished(self, t: Transition, job_type: str = "", how: str = "") -> None:
+        """Count a transition: how is "ack", "nack" or "expire"."""
         self.counters[str(t.state)] += 1
+        label = metrics.type_label(job_type or "unknown")
+        if how == "ack":
+            metrics.ACKED.labels(label).inc()
+        elif how == "nack":
+            metrics.NACKED.labels(label).inc()
+        elif how == "expire":
+            metrics.EXPIRED.labels(label).inc()
+        if t.state is JobState.DEAD:
+            metrics.DEAD.labels(label, t.dead_reason or "unknown").inc()
 
     async def close_session(self, session: WorkerSession) -> None:
         """The stream ended. Unless we are shutting down (the worker will reclaim its leases from the

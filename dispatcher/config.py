@@ -98,6 +98,11 @@ class Settings:
     processes: int = 1
     #: SHARDQ_SHARED_LISTEN: set by the supervisor for its children, which share the listen address.
     shared_listen: bool = False
+    #: SHARDQ_ADVERTISE_HOST: the host part of the advertised address (e.g. a pod IP), when
+    #: SHARDQ_ADVERTISE is unset; the port is the one this process listens on.
+    advertise_host: str | None = None
+    #: SHARDQ_METRICS_LISTEN: where /metrics is served (host:port). Empty: no metrics endpoint.
+    metrics_listen: str = "0.0.0.0:9464"
     #: SHARDQ_SHARD_COUNT: logical shards, fixed when a cluster is first created.
     shard_count: int = DEFAULT_SHARD_COUNT
     #: SHARDQ_LEASE_TTL_MS: default lease TTL of a job.
@@ -141,7 +146,7 @@ class Settings:
         """The address peers and workers should use, given the port actually bound."""
         if self.advertise:
             return self.advertise
-        host = self.listen.rsplit(":", 1)[0].strip("[]")
+        host = self.advertise_host or self.listen.rsplit(":", 1)[0].strip("[]")
         if host in ("0.0.0.0", "::", ""):
             host = socket.gethostname()
         return f"{host}:{port}"
@@ -160,7 +165,7 @@ class Settings:
         simple = {f.name: f for f in fields(cls) if f.name not in ("retry", "fairness")}
         for name, f in simple.items():
             raw = env.get(f"SHARDQ_{name.upper()}")
-            if raw is None or raw == "":
+            if raw is None or (raw == "" and name != "metrics_listen"):
                 continue
             kind = f.type if isinstance(f.type, str) else f.type.__name__
             try:

@@ -209,6 +209,22 @@ def cmd_rebalance(client: Client, args: argparse.Namespace) -> Any:
     return data, text
 
 
+def cmd_health(client: Client, args: argparse.Namespace) -> Any:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(client.target) as channel:
+        try:
+            response = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
+            )
+        except grpc.RpcError as exc:
+            raise ShardqError(exc.code(), exc.details() or "health check failed") from None
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    if status != "SERVING":
+        raise ShardqError(grpc.StatusCode.UNAVAILABLE, f"{client.target} is {status}")
+    return {"target": client.target, "status": status}, f"{client.target} is {status}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dispatcherctl", description="operate a shardq dispatcher")
     parser.add_argument("--target", help="dispatcher address (env SHARDQ_TARGET, default 127.0.0.1:7070)")
@@ -239,6 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stats", help="queue depth per type and priority")
     p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("health", help="exit 0 when the dispatcher is SERVING (a probe for scripts)")
+    p.add_argument("--service", default="", help="grpc.health.v1 service name (default: the server)")
+    p.set_defaults(func=cmd_health)
 
     p = sub.add_parser("shards", help="the shard map: owner, epoch and pending jobs per shard")
     p.set_defaults(func=cmd_shards)

@@ -27,7 +27,11 @@ async def _demo(n_jobs: int) -> int:
     configure("warning", "console")
     data_dir = tempfile.mkdtemp(prefix="shardq-demo-")
     settings = Settings(
-        data_dir=data_dir, listen="127.0.0.1:0", shard_count=8, retry=RetryPolicy(base_ms=500)
+        metrics_listen="",
+        data_dir=data_dir,
+        listen="127.0.0.1:0",
+        shard_count=8,
+        retry=RetryPolicy(base_ms=500),
     )
     say(f"shardq demo: starting a dispatcher (private redis-server, SQLite in {data_dir})")
     running = await start_dispatcher(settings)

@@ -263,3 +263,22 @@ def _connect_cluster(url: str, client_name: str | None = None) -> ShardqRedisClu
         retry=retry_policy(),
         **options,
     )
+
+
+def connect_sync(url: str) -> Any:
+    """A blocking client for the same URL, for code outside the event loop (the metrics scrape)."""
+    import redis as redis_sync
+    from redis.cluster import ClusterNode as SyncClusterNode
+    from redis.cluster import RedisCluster as SyncRedisCluster
+
+    if is_cluster_url(url):
+        nodes, options = parse_cluster_url(url)
+        return SyncRedisCluster(
+            startup_nodes=[SyncClusterNode(host, port) for host, port in nodes],
+            socket_connect_timeout=SOCKET_CONNECT_TIMEOUT_S,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            **options,
+        )
+    return redis_sync.Redis.from_url(
+        url, socket_connect_timeout=SOCKET_CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
+    )

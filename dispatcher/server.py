@@ -12,7 +12,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from . import redis_client
+from . import metrics, redis_client
 from ._pb import shardq_pb2_grpc as pb_grpc
 from .app import Dispatcher
 from .config import Settings
@@ -92,12 +92,49 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         await server.start()
-        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        if settings.metrics_listen:
+            metrics.serve_metrics(settings.metrics_listen, redis_url, settings.shard_count)
+            log.info("metrics", address=settings.metrics_listen)
+        health_task = asyncio.create_task(_health_loop(app, health_servicer), name="health")
+        stack.push_async_callback(_cancel, health_task)
         log.info("listening", address=settings.listen, port=port, advertise=advertise)
         return RunningDispatcher(app, server, port, health_servicer, stack)
     except BaseException:
         await stack.aclose()
         raise
+
+
+async def _health_loop(app: Dispatcher, servicer: health.aio.HealthServicer, every_s: float = 2.0) -> None:
+    """grpc.health.v1: SERVING while Redis and the DB answer and this process is a member that owns
+    or can take shards; NOT_SERVING otherwise, and from the start of a shutdown."""
+    serving: bool | None = None
+    while not app.stopping:
+        ok = True
+        try:
+            async with asyncio.timeout(every_s):
+                await app.redis.ping()
+                await app.store.ping()
+        except Exception as exc:
+            ok = False
+            if serving is not False:
+                log.warning("not healthy", error=str(exc))
+        if ok != serving:
+            status = (
+                health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
+            for service in ("", "shardq.v1.JobService", "shardq.v1.WorkerService"):
+                await servicer.set(service, status)
+            serving = ok
+        sessions = app.sessions.all()
+        metrics.WORKERS.set(len(sessions))
+        metrics.FREE_CREDIT.set(sum(s.credit for s in sessions))
+        metrics.IN_FLIGHT.set(sum(len(s.held) for s in sessions))
+        await asyncio.sleep(every_s)
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _exit_when_orphaned(stop: asyncio.Event) -> None:

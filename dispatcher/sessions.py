@@ -39,6 +39,7 @@ class WorkerSession:
         self.peer = peer
         self.credit = 0
         self.held: dict[str, tuple[str, int]] = {}  # job id -> (token, shard)
+        self.types_of: dict[str, str] = {}  # job id -> type, for the leases this stream handed out
         self.outbox: asyncio.Queue[pb.DispatcherMessage | None] = asyncio.Queue()
         self.wake = Wakeup()
         self.draining = False
@@ -66,9 +67,12 @@ class WorkerSession:
         self.credit = max(0, min(self.credit + slots, self.concurrency - len(self.held)))
         self.wake.set()
 
-    def forget(self, job_id: str) -> None:
+    def forget(self, job_id: str) -> str:
+        """Drop a lease this worker no longer holds; returns its job type when known."""
+        job_type = self.types_of.pop(job_id, "")
         if self.held.pop(job_id, None) is not None:
             self.app.sessions.holders.pop(job_id, None)
+        return job_type
 
     def hold(self, job_id: str, token: str, shard: int) -> None:
         self.held[job_id] = (token, shard)
@@ -161,6 +165,7 @@ class WorkerSession:
         self.credit -= len(grants)
         for g in grants:
             self.hold(g.id, g.token, g.shard)
+            self.types_of[g.id] = g.type
             self.app.writer.record(shard, lease_update(g, now), defer_ms=LEASE_WRITE_DELAY_MS)
         self.send(pb.DispatcherMessage(leases=pb.Leases(leases=[_lease_message(g) for g in grants])))
         self.app.metrics_leased(grants)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -51,12 +53,13 @@ class Supervisor:
         host, _, port = settings.listen.rpartition(":")
         self.host = host.strip("[]") or "0.0.0.0"
         self.port = int(port) if int(port) else _free_port(self.host)
-        adv_host = (settings.advertise or "").rpartition(":")[0] or self.host
+        adv_host = settings.advertise_host or (settings.advertise or "").rpartition(":")[0] or self.host
         if adv_host in ("0.0.0.0", "::"):
             adv_host = socket.gethostname()
         self.advertise_host = adv_host
         self.id_prefix = settings.dispatcher_id or socket.gethostname()
         self.children = [Child(i, _free_port(self.host)) for i in range(settings.processes)]
+        self.metrics_dir = tempfile.mkdtemp(prefix="shardq-metrics-")
         self._stopping = asyncio.Event()
 
     def _env(self, child: Child, redis_url: str) -> dict[str, str]:
@@ -69,6 +72,9 @@ class Supervisor:
                 "SHARDQ_ADVERTISE": f"{self.advertise_host}:{child.port}",
                 "SHARDQ_DISPATCHER_ID": f"{self.id_prefix}-{self.port}-{child.slot}",
                 "SHARDQ_REDIS_URL": redis_url,
+                # The children count into files here; the supervisor serves their sum at /metrics.
+                "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir,
+                "SHARDQ_METRICS_LISTEN": "",
             }
         )
         if self.settings.db_url:
@@ -85,6 +91,12 @@ class Supervisor:
             embedded = EmbeddedRedis()
             await embedded.start()
             redis_url = embedded.url
+        if self.settings.metrics_listen:
+            from .metrics import serve_metrics
+
+            serve_metrics(
+                self.settings.metrics_listen, redis_url, self.settings.shard_count, self.metrics_dir
+            )
         try:
             log.info("supervisor starting", processes=len(self.children), listen=f"{self.host}:{self.port}")
             watchers = [asyncio.create_task(self._watch(c, redis_url)) for c in self.children]
@@ -100,6 +112,7 @@ class Supervisor:
         finally:
             if embedded:
                 embedded.stop()
+            shutil.rmtree(self.metrics_dir, ignore_errors=True)
         return 0
 
     async def _watch(self, child: Child, redis_url: str) -> None:
@@ -110,6 +123,9 @@ class Supervisor:
             )
             log.info("dispatcher process started", slot=child.slot, pid=child.process.pid, port=child.port)
             code = await child.process.wait()
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(child.process.pid, self.metrics_dir)
             if self._stopping.is_set():
                 return
             ran = time.monotonic() - child.started

@@ -177,13 +177,13 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         for shard, group in _by_shard(items).items():
             results = await self.app.working_set.ack(shard, now, [(i, t) for i, t, *_ in group])
             for (job_id, token, _, result), t in zip(group, results, strict=True):
-                session.forget(job_id)
+                job_type = session.forget(job_id)
                 if t is None:
                     session.log.info("stale ack rejected", job=job_id, token=token)
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
                 self.app.writer.record(shard, transition_update(t, now, result=result))
-                self.app.metrics_finished(t)
+                self.app.metrics_finished(t, job_type, "ack")
 
     async def _nack(self, session: WorkerSession, nacks: pb.Nacks) -> None:
         shards = self.app.settings.shard_count
@@ -211,13 +211,13 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 shard, now, [g[3] for g in group], self.app.settings.retry
             )
             for (job_id, token, _, _, error), t in zip(group, results, strict=True):
-                session.forget(job_id)
+                job_type = session.forget(job_id)
                 if t is None:
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
                 self.app.writer.record(shard, transition_update(t, now, error=error or "error"))
                 self.app.after_transition(t)
-                self.app.metrics_finished(t)
+                self.app.metrics_finished(t, job_type, "nack")
         session.wake.set()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .config import RetryPolicy
@@ -59,6 +59,7 @@ class Transition:
     failures: int = 0
     expirations: int = 0
     dead_reason: str = ""
+    job_type: str = field(default="", compare=False)  # when the script reports it (for metrics)
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,7 @@ class WorkingSet:
         )
         _check_owner(r, shard)
         out = []
-        for i in range(1, len(r), 6):
+        for i in range(1, len(r), 7):
             state = _OUTCOMES[int(r[i + 1])]
             out.append(
                 Transition(
@@ -269,6 +270,7 @@ class WorkingSet:
                     int(r[i + 4]),
                     int(r[i + 5]),
                     str(DeadReason.LEASE_EXPIRED) if state is JobState.DEAD else "",
+                    _s(r[i + 6]),
                 )
             )
         return out, int(r[0])
@@ -346,8 +348,8 @@ class WorkingSet:
             replies = await pipe.execute()
         out: dict[tuple[str, int, str], int] = {}
         for raw in replies:
-            for field, value in raw.items():
-                job_type, prio, state = _s(field).rsplit("|", 2)
+            for name, value in raw.items():
+                job_type, prio, state = _s(name).rsplit("|", 2)
                 key = (job_type, int(prio), state)
                 out[key] = out.get(key, 0) + int(value)
         return out

@@ -5,8 +5,8 @@ Input:
   ARGV[7] count expirations (1/0), ARGV[8] rand in [0, 1)
 Output:
   -1 not owner
-  otherwise {next deadline or -1, then per expired job 6 entries: id, outcome (1 delayed, 2 dead,
-  3 cancelled), run_at, attempts, failures, expirations}
+  otherwise {next deadline or -1, then per expired job 7 entries: id, outcome (1 delayed, 2 dead,
+  3 cancelled), run_at, attempts, failures, expirations, type}
 ]]
 --- @include "record"
 --- @include "retry_or_dead"
@@ -37,7 +37,7 @@ for n, id in ipairs(ids) do
     save_job(KEYS[2], id, rec)
     local k = #out
     out[k + 1] = id; out[k + 2] = OUTCOME[state]; out[k + 3] = run_at
-    out[k + 4] = rec.a; out[k + 5] = rec.f or 0; out[k + 6] = rec.x
+    out[k + 4] = rec.a; out[k + 5] = rec.f or 0; out[k + 6] = rec.x; out[k + 7] = rec.t
   end
 end
 local head = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')

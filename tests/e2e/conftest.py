@@ -16,6 +16,7 @@ TEST_SETTINGS = {
     "shard_count": 8,
     "reconnect_grace_ms": 1000,
     "reconcile_interval_s": 3600,
+    "metrics_listen": "",  # many dispatchers per test: a test that scrapes sets its own port
 }
 
 

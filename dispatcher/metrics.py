@@ -1,0 +1,183 @@
+"""Prometheus metrics, served at /metrics on SHARDQ_METRICS_LISTEN (default 0.0.0.0:9464).
+
+Two kinds:
+
+* Events counted by the process that saw them (enqueues, leases, acks, nacks, expiries,
+  dead-letters, reconciler repairs, latency histograms, connected workers). Under a supervisor
+  every child writes them to PROMETHEUS_MULTIPROC_DIR and the supervisor's /metrics sums them.
+* The state of the queues, which is the cluster's, not a process's: depth by type, priority
+  class and state, oldest ready job, shard owners and epochs. The process serving /metrics
+  reads them from Redis at scrape time (QueueCollector), so every scrape is current.
+
+Job types become a label value only for the first SHARDQ_METRICS_MAX_TYPES types a process
+sees (default 100); the rest are counted as type="other", which bounds the cardinality.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .keys import ALIVE_KEY, ShardKeys
+from .records import JobRecord
+from .states import Priority
+
+PRIORITY_NAMES = {int(p): p.name.lower() for p in Priority}
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+_gauge_mode: dict[str, Any] = {"multiprocess_mode": "livesum"} if _MULTIPROCESS else {}
+
+ENQUEUED = Counter("shardq_jobs_enqueued_total", "Jobs accepted (committed to the DB).", ["type"])
+LEASED = Counter("shardq_jobs_leased_total", "Leases handed to workers.", ["type"])
+ACKED = Counter("shardq_jobs_acked_total", "Jobs that succeeded.", ["type"])
+NACKED = Counter("shardq_jobs_nacked_total", "Handler failures reported by workers.", ["type"])
+EXPIRED = Counter(
+    "shardq_leases_expired_total", "Leases that expired (worker crash, hang, disconnect).", ["type"]
+)
+DEAD = Counter("shardq_jobs_dead_lettered_total", "Jobs moved to the dead-letter queue.", ["type", "reason"])
+RESTORED = Counter("shardq_reconciler_restored_total", "Jobs the reconciler put back into Redis from the DB.")
+ENQUEUE_TO_START = Histogram(
+    "shardq_enqueue_to_start_seconds",
+    "From enqueue to the first lease of a job.",
+    ["priority"],
+    buckets=LATENCY_BUCKETS,
+)
+LATENESS = Histogram(
+    "shardq_start_lateness_seconds",
+    "From a job's run_at to its lease.",
+    ["priority"],
+    buckets=LATENCY_BUCKETS,
+)
+WORKERS = Gauge("shardq_connected_workers", "Worker streams connected.", **_gauge_mode)
+FREE_CREDIT = Gauge(
+    "shardq_worker_free_credit", "Lease slots workers have granted and not used yet.", **_gauge_mode
+)
+IN_FLIGHT = Gauge("shardq_inflight_leases", "Leases held by connected workers.", **_gauge_mode)
+
+
+class TypeLabels:
+    """The label value for a job type: itself for the first `limit` types seen, else "other"."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._known: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, job_type: str) -> str:
+        if job_type in self._known:
+            return job_type
+        with self._lock:
+            if len(self._known) < self.limit:
+                self._known.add(job_type)
+                return job_type
+        return "other"
+
+
+type_label = TypeLabels(int(os.environ.get("SHARDQ_METRICS_MAX_TYPES", "100")))
+
+
+def observe_lease(
+    job_type: str, priority: int, enqueued_at_ms: int, run_at_ms: int, attempt: int, now: int
+) -> None:
+    LEASED.labels(type_label(job_type)).inc()
+    if attempt == 1:
+        name = PRIORITY_NAMES.get(priority, "default")
+        ENQUEUE_TO_START.labels(name).observe(max(0.0, (now - enqueued_at_ms) / 1000))
+        LATENESS.labels(name).observe(max(0.0, (now - run_at_ms) / 1000))
+
+
+class QueueCollector(Collector):
+    """Queue depth, oldest ready job and shard ownership, read from Redis when scraped."""
+
+    def __init__(self, redis_url: str, shard_count: int, type_limit: int) -> None:
+        self.redis_url = redis_url
+        self.shard_count = shard_count
+        self.type_limit = type_limit
+        self._client: Any = None
+
+    def _redis(self) -> Any:
+        if self._client is None:
+            from .redis_client import connect_sync
+
+            self._client = connect_sync(self.redis_url)
+        return self._client
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        depth = GaugeMetricFamily(
+            "shardq_queue_depth",
+            "Jobs by type, priority class and state.",
+            labels=["type", "priority", "state"],
+        )
+        oldest = GaugeMetricFamily(
+            "shardq_oldest_ready_age_seconds", "Age of the oldest ready job.", labels=["type", "priority"]
+        )
+        owned = GaugeMetricFamily(
+            "shardq_shard_epoch", "Fencing epoch of each shard's owner.", labels=["shard", "owner"]
+        )
+        members = GaugeMetricFamily(
+            "shardq_dispatchers_alive", "Dispatcher processes with a live membership."
+        )
+        try:
+            redis = self._redis()
+            shards = list(range(self.shard_count))
+            pipe = redis.pipeline(transaction=False)
+            for shard in shards:
+                pipe.hgetall(ShardKeys(shard).counts)
+                pipe.hmget(ShardKeys(shard).meta, "owner", "epoch")
+            replies = pipe.execute()
+            totals: dict[tuple[str, str, str], int] = {}
+            ready: list[tuple[int, str, int]] = []
+            types: set[str] = set()
+            for i, shard in enumerate(shards):
+                for field, value in replies[2 * i].items():
+                    job_type, prio, state = field.decode().rsplit("|", 2)
+                    label = job_type if job_type in types or len(types) < self.type_limit else "other"
+                    types.add(label)
+                    key = (label, PRIORITY_NAMES.get(int(prio), prio), state)
+                    totals[key] = totals.get(key, 0) + int(value)
+                    if state == "ready":
+                        ready.append((shard, job_type, int(prio)))
+                owner, epoch = replies[2 * i + 1]
+                if epoch is not None:
+                    owned.add_metric([str(shard), (owner or b"").decode()], float(epoch))
+            for (job_type, prio, state), value in sorted(totals.items()):
+                depth.add_metric([job_type, prio, state], value)
+            now = time.time() * 1000
+            for shard, job_type, prio in ready[:500]:
+                head = redis.zrange(ShardKeys(shard).ready(job_type, prio), 0, 0)
+                raw = redis.hget(ShardKeys(shard).jobs, head[0]) if head else None
+                if raw:
+                    label = job_type if job_type in types else "other"
+                    age = max(0.0, (now - JobRecord.unpack(raw).run_at_ms) / 1000)
+                    oldest.add_metric([label, PRIORITY_NAMES.get(prio, str(prio))], age)
+            members.add_metric([], float(redis.zcount(ALIVE_KEY, now, "+inf")))
+        except Exception:  # Redis down: scrape what we have; the health check reports the outage
+            self._client = None
+        return [depth, oldest, owned, members]
+
+
+def serve_metrics(
+    listen: str, redis_url: str | None, shard_count: int, multiprocess_dir: str | None = None
+) -> None:
+    """Start the /metrics HTTP server in a background thread: this process's metrics, or (a supervisor)
+    the sum of its children's from ``multiprocess_dir``; plus the queue state read from Redis."""
+    from prometheus_client import REGISTRY
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    host, _, port = listen.rpartition(":")
+    registry: CollectorRegistry
+    if multiprocess_dir:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=multiprocess_dir)
+    else:
+        registry = REGISTRY
+    if redis_url:
+        registry.register(QueueCollector(redis_url, shard_count, type_label.limit))
+    start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=registry)

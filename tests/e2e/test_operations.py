@@ -1,0 +1,81 @@
+"""Operations: Prometheus metrics moving as jobs flow (one process and a supervisor), gRPC health."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.ports import free_port
+from tests.support.wait import wait_until
+from worker_sdk import Client
+
+pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
+
+def scrape(port: int) -> dict[str, float]:
+    """Sum of every sample by metric name and the interesting label (state / nothing)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = sample.name + (f"[{sample.labels['state']}]" if "state" in sample.labels else "")
+            out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_metrics_move_as_jobs_flow(processes, start_dispatcher, redis_url, db_url, start_worker, ledger):
+    port = free_port()
+    proc = start_dispatcher(redis_url, db_url, processes=processes, metrics_listen=f"127.0.0.1:{port}")
+    with Client(proc.target) as client:
+        wait_until(lambda: len([m for m in client.shard_map().members if m.alive]) == processes, timeout=30)
+        client.enqueue_many([{"type": f"noop{i % 3}"} for i in range(60)])
+        client.enqueue("noop0", None, delay=3600)
+        wait_until(
+            lambda: scrape(port).get("shardq_queue_depth[ready]") == 60,
+            timeout=10,
+            message=lambda: str(scrape(port)),
+        )
+        before = scrape(port)
+        assert before["shardq_jobs_enqueued_total"] == 61
+        assert before["shardq_queue_depth[delayed]"] == 1
+        assert before["shardq_oldest_ready_age_seconds"] >= 0
+        assert before.get("shardq_dispatchers_alive") == processes
+        assert before.get("shardq_shard_epoch", 0) > 0
+        start_worker(proc.target, types="noop0,noop1,noop2", concurrency=8)
+        wait_until(
+            lambda: scrape(port).get("shardq_jobs_acked_total") == 60,
+            timeout=30,
+            message=lambda: str(scrape(port)),
+        )
+        after = scrape(port)
+        assert after.get("shardq_queue_depth[ready]", 0) == 0
+        assert after["shardq_jobs_leased_total"] == 60
+        assert after["shardq_enqueue_to_start_seconds_count"] == 60
+        assert after["shardq_start_lateness_seconds_count"] == 60
+        wait_until(lambda: scrape(port).get("shardq_connected_workers", 0) >= 1, timeout=10)
+
+
+def _health(target: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dispatcher.ctl", "--target", target, "--timeout", "3", "health"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_health_follows_redis(start_dispatcher, private_redis, db_url):
+    proc = start_dispatcher(private_redis.url, db_url)
+    wait_until(lambda: _health(proc.target).returncode == 0, timeout=15)
+    assert "SERVING" in _health(proc.target).stdout
+    private_redis.kill()
+    wait_until(lambda: _health(proc.target).returncode != 0, timeout=20)
+    result = _health(proc.target)
+    assert "NOT_SERVING" in result.stderr and result.stdout == ""
+    private_redis.start()
+    wait_until(lambda: _health(proc.target).returncode == 0, timeout=30)
