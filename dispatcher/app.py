@@ -230,6 +230,15 @@ class Dispatcher:
     def _on_expired(self, transitions: list[Transition]) -> None:
         now = now_ms()
         for t in transitions:
+            log.info(
+                "lease expired",
+                job=t.id,
+                type=t.job_type,
+                shard=t.shard,
+                attempt=t.attempts,
+                outcome=str(t.state),
+                run_at=t.run_at_ms,
+            )
             holder = self.sessions.holders.get(t.id)
             if holder is not None:
                 holder.forget(t.id)

@@ -64,9 +64,6 @@ class Reaper:
                 continue
             if expired:
                 self.expired_total += len(expired)
-                log.info(
-                    "leases expired", shard=self.shard, count=len(expired), jobs=[t.id for t in expired[:10]]
-                )
                 self.on_transitions(expired)
                 if len(expired) >= BATCH:
                     continue

@@ -168,6 +168,8 @@ class WorkerSession:
             self.types_of[g.id] = g.type
             self.app.writer.record(shard, lease_update(g, now), defer_ms=LEASE_WRITE_DELAY_MS)
         self.send(pb.DispatcherMessage(leases=pb.Leases(leases=[_lease_message(g) for g in grants])))
+        for g in grants:
+            self.log.debug("job leased", job=g.id, type=g.type, shard=g.shard, attempt=g.attempt)
         self.app.metrics_leased(grants)
         return len(grants), unfilled
 

@@ -184,6 +184,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     continue
                 self.app.writer.record(shard, transition_update(t, now, result=result))
                 self.app.metrics_finished(t, job_type, "ack")
+                session.log.debug("job acked", job=job_id, type=job_type, shard=shard, attempt=t.attempts)
 
     async def _nack(self, session: WorkerSession, nacks: pb.Nacks) -> None:
         shards = self.app.settings.shard_count
@@ -218,6 +219,15 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 self.app.writer.record(shard, transition_update(t, now, error=error or "error"))
                 self.app.after_transition(t)
                 self.app.metrics_finished(t, job_type, "nack")
+                session.log.info(
+                    "job nacked",
+                    job=job_id,
+                    type=job_type,
+                    shard=shard,
+                    attempt=t.attempts,
+                    outcome=str(t.state),
+                    dead_reason=t.dead_reason or None,
+                )
         session.wake.set()
 
 

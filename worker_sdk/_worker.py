@@ -99,6 +99,10 @@ class Worker:
     ) -> None:
         if not handlers:
             raise ValueError("handlers must name at least one job type")
+        if not structlog.is_configured():  # the application's own set-up wins
+            from dispatcher.logs import configure
+
+            configure(os.environ.get("SHARDQ_LOG_LEVEL", "info"), os.environ.get("SHARDQ_LOG_FORMAT", "auto"))
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.handlers = dict(handlers)
@@ -461,6 +465,8 @@ class Worker:
         ctx = running.ctx
         handler = self.handlers.get(ctx.type)
         outcome: pb.Ack | pb.Nack
+        jlog = self.log.bind(job=ctx.job_id, type=ctx.type, shard=ctx.shard, attempt=ctx.attempt)
+        jlog.debug("job started")
         try:
             if handler is None:
                 outcome = pb.Nack(lease=running.ref, error=f"no handler for {ctx.type!r}", no_handler=True)
@@ -500,8 +506,12 @@ class Worker:
         if isinstance(outcome, pb.Ack):
             link.acks.append(outcome)
             self.completed += 1
+            jlog.debug("job succeeded")
         else:
             link.nacks.append(outcome)
+            jlog.info(
+                "job failed", retryable=outcome.retryable, error=outcome.error.strip().splitlines()[-1:]
+            )
         link.wake.set()
         if origin is not None and origin is not link:
             origin.wake.set()
