@@ -167,6 +167,8 @@ class Dispatcher:
         """Committed jobs of a shard another process owns: ask the owner to queue them. When that
         fails, flag the shard so its owner reconciles it from the DB (the jobs are safe there)."""
         address = self.coordinator.view.address_of_owner(shard)
+        if not address:  # the view may predate the shard's current owner: read it again
+            address = (await self.coordinator.refresh()).address_of_owner(shard)
         if address and address != self.advertise:
             request = pb.PushJobsRequest(
                 shard=shard,
@@ -215,8 +217,6 @@ class Dispatcher:
 
     def _on_pushed(self, shard: int, placed: list[tuple[NewJob, int]]) -> None:
         self.counters["enqueued"] += len(placed)
-        for job, _ in placed:
-            metrics.ENQUEUED.labels(metrics.type_label(job.record.type)).inc()
         ready = {(job.record.type, int(job.record.priority)) for job, p in placed if p == 1}
         if ready:
             self.sessions.notify_ready(shard, ready)

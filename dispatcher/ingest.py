@@ -16,6 +16,7 @@ import structlog
 
 from shardmap import shard_for
 
+from . import metrics
 from .clock import now_ms
 from .errors import REDIS_DOWN, InvalidArgument, NotOwner, StoreUnavailable
 from .ids import new_job_id
@@ -144,6 +145,9 @@ class Ingestor:
             for j in jobs
         ]
         results = await self.commit.insert(rows)
+        for row, (_, created) in zip(rows, results, strict=True):
+            if created:
+                metrics.ENQUEUED.labels(metrics.type_label(row.type)).inc()
         by_shard: dict[int, list[NewJob]] = defaultdict(list)
         for row, (job_id, created) in zip(rows, results, strict=True):
             if created:
