@@ -60,6 +60,23 @@ FREE_CREDIT = Gauge(
     "shardq_worker_free_credit", "Lease slots workers have granted and not used yet.", **_gauge_mode
 )
 IN_FLIGHT = Gauge("shardq_inflight_leases", "Leases held by connected workers.", **_gauge_mode)
+# Every process reads the same number from the DB: under a supervisor the largest is the answer.
+DEAD_DEPTH = Gauge(
+    "shardq_dead_letter_depth",
+    "Jobs in the dead-letter queue.",
+    ["type", "priority"],
+    **({"multiprocess_mode": "max"} if _MULTIPROCESS else {}),
+)
+
+
+def set_dead_depth(counts: dict[tuple[str, int], int]) -> None:
+    DEAD_DEPTH.clear()
+    by_label: dict[tuple[str, str], int] = {}
+    for (job_type, prio), n in counts.items():
+        key = (type_label(job_type), PRIORITY_NAMES.get(prio, str(prio)))
+        by_label[key] = by_label.get(key, 0) + n
+    for (job_type, prio), n in by_label.items():
+        DEAD_DEPTH.labels(job_type, prio).set(n)
 
 
 class TypeLabels:

@@ -37,10 +37,12 @@ class Promoter:
         self.on_ready = on_ready
         self._wake = Wakeup()
         self._next_due = -1
+        self._looking = False
         self.promoted_total = 0
 
     def wake(self, run_at_ms: int | None = None) -> None:
-        if run_at_ms is None or self._next_due < 0 or run_at_ms < self._next_due:
+        # While a promote call is in flight its answer about the next due time may already be stale.
+        if run_at_ms is None or self._looking or self._next_due < 0 or run_at_ms < self._next_due:
             self._wake.set()
 
     async def run(self) -> None:
@@ -51,7 +53,11 @@ class Promoter:
                 return  # the shard moved; its new owner runs this loop now
             self._wake.clear()  # before looking, so a wake-up during the call is not lost
             try:
-                promotion = await self.working_set.promote(self.shard, epoch, now_ms(), BATCH)
+                self._looking = True
+                try:
+                    promotion = await self.working_set.promote(self.shard, epoch, now_ms(), BATCH)
+                finally:
+                    self._looking = False
                 promoted, next_due = promotion.promoted, promotion.next_due
                 backoff = 0.05
             except NotOwner:

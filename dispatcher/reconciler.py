@@ -12,6 +12,7 @@ import asyncio
 
 import structlog
 
+from . import metrics
 from .clock import now_ms
 from .records import JobRecord
 from .states import JobState, Priority
@@ -63,5 +64,6 @@ class Reconciler:
                     restored += await self.working_set.restore(shard, epoch, "restore", jobs[i : i + 500])
         if restored:
             self.restored_total += restored
+            metrics.RESTORED.inc(restored)
             log.warning("restored jobs missing from Redis", shard=shard, restored=restored)
         return restored

@@ -108,6 +108,7 @@ async def _health_loop(app: Dispatcher, servicer: health.aio.HealthServicer, eve
     """grpc.health.v1: SERVING while Redis and the DB answer and this process is a member that owns
     or can take shards; NOT_SERVING otherwise, and from the start of a shutdown."""
     serving: bool | None = None
+    rounds = 0
     while not app.stopping:
         ok = True
         try:
@@ -125,6 +126,12 @@ async def _health_loop(app: Dispatcher, servicer: health.aio.HealthServicer, eve
             for service in ("", "shardq.v1.JobService", "shardq.v1.WorkerService"):
                 await servicer.set(service, status)
             serving = ok
+        if ok and rounds % 3 == 0:  # the dead-letter depth from the DB, every ~6 s
+            try:
+                metrics.set_dead_depth(await app.store.dead_counts())
+            except Exception as exc:
+                log.debug("dead-letter depth not read", error=str(exc))
+        rounds += 1
         sessions = app.sessions.all()
         metrics.WORKERS.set(len(sessions))
         metrics.FREE_CREDIT.set(sum(s.credit for s in sessions))

@@ -46,7 +46,7 @@ def test_metrics_move_as_jobs_flow(processes, start_dispatcher, redis_url, db_ur
         assert before["shardq_oldest_ready_age_seconds"] >= 0
         assert before.get("shardq_dispatchers_alive") == processes
         assert before.get("shardq_shard_epoch", 0) > 0
-        start_worker(proc.target, types="noop0,noop1,noop2", concurrency=8)
+        start_worker(proc.target, types="noop0,noop1,noop2,final0", concurrency=8)
         wait_until(
             lambda: scrape(port).get("shardq_jobs_acked_total") == 60,
             timeout=30,
@@ -58,6 +58,11 @@ def test_metrics_move_as_jobs_flow(processes, start_dispatcher, redis_url, db_ur
         assert after["shardq_enqueue_to_start_seconds_count"] == 60
         assert after["shardq_start_lateness_seconds_count"] == 60
         wait_until(lambda: scrape(port).get("shardq_connected_workers", 0) >= 1, timeout=10)
+        # A job that fails for good lands in the dead-letter queue; the depth gauge follows the DB.
+        assert after.get("shardq_dead_letter_depth", 0) == 0
+        client.enqueue("final0", None)
+        wait_until(lambda: scrape(port).get("shardq_dead_letter_depth", 0) == 1, timeout=20)
+        assert scrape(port)["shardq_jobs_dead_lettered_total"] == 1
 
 
 def _health(target: str) -> subprocess.CompletedProcess[str]:
