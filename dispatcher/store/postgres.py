@@ -1,4 +1,4 @@
-"""PostgreSQL backend (psycopg 3): async, pooled, pipelined executemany, bundled libpq."""
+"""PostgreSQL backend (psycopg 3): async, pooled, one statement per batch of status updates."""
 
 from __future__ import annotations
 
@@ -10,8 +10,26 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from ..clock import now_ms
 from ..errors import StoreUnavailable
-from .base import Store, Tx
+from .base import Store, StoreUpdate, Tx
+
+# One statement for a whole batch of status updates (executemany would be a round trip per row);
+# the same rules as base._UPDATE.
+_UPDATE_MANY = (
+    "UPDATE jobs SET status = v.status, run_at = COALESCE(v.run_at, jobs.run_at), "
+    "lease_until = v.lease_until, "
+    "attempts = COALESCE(v.attempts, jobs.attempts), failures = COALESCE(v.failures, jobs.failures), "
+    "expirations = COALESCE(v.expirations, jobs.expirations), "
+    "last_error = COALESCE(v.last_error, jobs.last_error), dead_reason = v.dead_reason, "
+    "result = COALESCE(v.result, jobs.result), started_at = COALESCE(v.started_at, jobs.started_at), "
+    "finished_at = v.finished_at, updated_at = %s "
+    "FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::int[], %s::int[], %s::int[], "
+    "%s::text[], %s::text[], %s::bytea[], %s::bigint[], %s::bigint[]) "
+    "AS v(id, status, run_at, lease_until, attempts, failures, expirations, last_error, dead_reason, result, "
+    "started_at, finished_at) "
+    "WHERE jobs.id = v.id AND jobs.status NOT IN ('succeeded', 'cancelled', 'dead')"
+)
 
 
 def _pg(sql: str) -> str:
@@ -53,6 +71,31 @@ class PostgresStore(Store):
                 if not durable:
                     await conn.execute("SET LOCAL synchronous_commit = off")
                 yield _PgTx(conn)
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreUnavailable(f"database unavailable: {exc}") from exc
+
+    async def apply_updates(self, updates: Iterable[StoreUpdate]) -> None:
+        rows = list(updates)
+        if not rows:
+            return
+        columns = [
+            [u.id for u in rows],
+            [u.status for u in rows],
+            [u.run_at for u in rows],
+            [u.lease_until for u in rows],
+            [u.attempts for u in rows],
+            [u.failures for u in rows],
+            [u.expirations for u in rows],
+            [u.last_error for u in rows],
+            [u.dead_reason for u in rows],
+            [u.result for u in rows],
+            [u.started_at for u in rows],
+            [u.finished_at for u in rows],
+        ]
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                await conn.execute("SET LOCAL synchronous_commit = off")
+                await conn.execute(_UPDATE_MANY, [now_ms(), *columns])
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise StoreUnavailable(f"database unavailable: {exc}") from exc
 
