@@ -111,9 +111,10 @@ class WorkerSession:
             shard = shards[0]
             if not any(hints.maybe(shard, self.types_by_shard[shard], c) for c in Priority):
                 return 0
+            seen = hints.version
             got, unfilled = await self._lease_from(shard, picks, fallback=True)
             if unfilled:  # with fallback, an unfilled pick means every class is empty
-                hints.mark_empty(shard, self.types_by_shard[shard], Priority)
+                hints.mark_empty(shard, self.types_by_shard[shard], Priority, seen)
             return got
         granted = 0
         for shard in shards:
@@ -122,8 +123,9 @@ class WorkerSession:
                 return granted
             if not any(hints.maybe(shard, types, c) for c in set(picks)):
                 continue
+            seen = hints.version
             got, unfilled = await self._lease_from(shard, picks, fallback=False)
-            hints.mark_empty(shard, types, set(unfilled))
+            hints.mark_empty(shard, types, set(unfilled), seen)
             granted, picks = granted + got, unfilled
         for cls in Priority:
             for shard in shards:
@@ -132,9 +134,10 @@ class WorkerSession:
                     return granted
                 if not hints.maybe(shard, types, cls):
                     continue
+                seen = hints.version
                 got, unfilled = await self._lease_from(shard, [cls] * len(picks), fallback=False)
                 if unfilled:
-                    hints.mark_empty(shard, types, [cls])
+                    hints.mark_empty(shard, types, [cls], seen)
                 granted, picks = granted + got, picks[got:]
         return granted
 
@@ -198,20 +201,27 @@ class ReadyHints:
 
     def __init__(self) -> None:
         self._empty: set[tuple[int, str, int]] = set()
+        self.version = 0  # bumped whenever something may have become ready
 
     def maybe(self, shard: int, job_types: Iterable[str], cls: int) -> bool:
         return any((shard, t, int(cls)) not in self._empty for t in job_types)
 
-    def mark_empty(self, shard: int, job_types: Iterable[str], classes: Iterable[int]) -> None:
+    def mark_empty(self, shard: int, job_types: Iterable[str], classes: Iterable[int], seen: int) -> None:
+        """What a lease call that began at version `seen` found empty. If anything became ready since,
+        the finding may be stale and is dropped (a job promoted during the call must not be hidden)."""
+        if seen != self.version:
+            return
         for t in job_types:
             for c in classes:
                 self._empty.add((shard, t, int(c)))
 
     def mark_ready(self, shard: int, job_type: str, cls: int) -> None:
+        self.version += 1
         self._empty.discard((shard, job_type, int(cls)))
 
     def forget(self, shard: int, job_types: Iterable[str] | None = None) -> None:
         """Back to "maybe" for the shard (all types, or these)."""
+        self.version += 1
         if job_types is None:
             self._empty = {e for e in self._empty if e[0] != shard}
         else:
