@@ -7,18 +7,14 @@ within a few milliseconds of its time and never before it.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable
 
-import structlog
-
 from .clock import now_ms
-from .errors import REDIS_DOWN, NotOwner
 from .ownership import Ownership
-from .wakeup import Wakeup, cancelling
+from .shard_loop import run_shard_loop
+from .wakeup import Wakeup
 from .working_set import WorkingSet
 
-log = structlog.get_logger("shardq.promoter")
 BATCH = 1000
 IDLE_RECHECK_S = 5.0  # safety net for jobs put in Redis by another path (restore, another process)
 
@@ -46,36 +42,19 @@ class Promoter:
             self._wake.set()
 
     async def run(self) -> None:
-        backoff = 0.05
-        while True:
-            epoch = self.ownership.epochs.get(self.shard)
-            if epoch is None:
-                return  # the shard moved; its new owner runs this loop now
-            self._wake.clear()  # before looking, so a wake-up during the call is not lost
-            try:
-                self._looking = True
-                try:
-                    promotion = await self.working_set.promote(self.shard, epoch, now_ms(), BATCH)
-                finally:
-                    self._looking = False
-                promoted, next_due = promotion.promoted, promotion.next_due
-                backoff = 0.05
-            except NotOwner:
-                if not await self.ownership.recover(self.shard, epoch):
-                    return
-                continue
-            except REDIS_DOWN as exc:
-                if cancelling():
-                    raise
-                log.warning("promoter: redis unavailable", shard=self.shard, error=str(exc))
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-                continue
-            if promoted:
-                self.promoted_total += promoted
-                self.on_ready(self.shard, promotion.queues)
-                if promoted >= BATCH:
-                    continue
-            self._next_due = next_due
-            delay = IDLE_RECHECK_S if next_due < 0 else max(0.0, (next_due - now_ms()) / 1000)
-            await self._wake.wait(min(delay, IDLE_RECHECK_S))
+        await run_shard_loop("promoter", self.shard, self.ownership, self._wake, self._step)
+
+    async def _step(self, epoch: int) -> float:
+        self._looking = True
+        try:
+            promotion = await self.working_set.promote(self.shard, epoch, now_ms(), BATCH)
+        finally:
+            self._looking = False
+        if promotion.promoted:
+            self.promoted_total += promotion.promoted
+            self.on_ready(self.shard, promotion.queues)
+            if promotion.promoted >= BATCH:
+                return 0.0
+        self._next_due = promotion.next_due
+        delay = IDLE_RECHECK_S if promotion.next_due < 0 else max(0.0, (promotion.next_due - now_ms()) / 1000)
+        return min(delay, IDLE_RECHECK_S)
