@@ -26,6 +26,7 @@ log = structlog.get_logger("shardq.worker_service")
 HELLO_TIMEOUT_S = 10.0
 MAX_CONCURRENCY = 10_000
 MAX_WORKER_ID = 200
+PUMP_STOP_TIMEOUT_S = 5.0  # a lease round in flight when the stream ends gets this long to finish
 MAX_ERROR_CHARS = 16_000
 
 
@@ -65,10 +66,16 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             self.app.background(cleanup)
             await asyncio.shield(cleanup)
 
-    async def _close(self, session: WorkerSession, *tasks: asyncio.Task[None]) -> None:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    async def _close(self, session: WorkerSession, reader: asyncio.Task[None], pump: asyncio.Task[None]) -> None:
+        # The pump is not cancelled but told to stop: cancelled mid-lease it would strand the leases
+        # Redis just granted (full TTL, nobody holding them). Closed, it releases them itself.
+        session.close()
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+        _, pending = await asyncio.wait([pump], timeout=PUMP_STOP_TIMEOUT_S)
+        if pending:
+            pump.cancel()
+            await asyncio.gather(pump, return_exceptions=True)
         await self.app.close_session(session)
 
     async def _open(self, first: pb.WorkerMessage, peer: str) -> WorkerSession:
