@@ -10,12 +10,12 @@ from typing import Any
 import grpc
 import structlog
 
-from . import metrics
+from . import metrics, schedules_file
 from ._pb import shardq_pb2 as pb
 from .clock import now_ms
 from .config import Settings
 from .coordinator import Coordinator
-from .errors import REDIS_DOWN, ConfigError, NotOwner
+from .errors import REDIS_DOWN, ConfigError, InvalidArgument, NotOwner
 from .ingest import Ingestor
 from .keys import CLUSTER_KEY, DIRTY_KEY
 from .ownership import Ownership
@@ -23,8 +23,9 @@ from .peers import Peers
 from .promoter import Promoter
 from .reaper import Reaper
 from .reconciler import Reconciler
+from .scheduler import Scheduler
 from .sessions import SessionRegistry, WorkerSession
-from .states import JobState
+from .states import JobState, Priority
 from .status_writer import LEASE_EXPIRED_ERROR, StatusWriter, transition_update
 from .store import Store
 from .working_set import Grant, NewJob, Transition, WorkingSet
@@ -62,6 +63,7 @@ class Dispatcher:
             self._on_push_failed,
             self.hand_off,
         )
+        self.scheduler = Scheduler(self)
         self.promoters: dict[int, Promoter] = {}
         self.reapers: dict[int, Reaper] = {}
         self._shard_tasks: dict[int, list[asyncio.Task[Any]]] = {}
@@ -79,11 +81,13 @@ class Dispatcher:
             log.info("database migrated", applied=applied)
         await self.store.ensure_shard_count(self.settings.shard_count)
         await self._check_redis_shard_count()
+        await self._declare_schedules()
         self.writer.start()
         self.ingest.commit.start()
         await self.coordinator.join()
         self._tasks.append(asyncio.create_task(self.coordinator.run(), name="coordinator"))
         self._tasks.append(asyncio.create_task(self._reconcile_loop(), name="reconcile"))
+        self._tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
         log.info(
             "dispatcher started",
             id=self.dispatcher_id,
@@ -107,6 +111,15 @@ class Dispatcher:
         await self.writer.stop()
         await self.peers.close()
         log.info("dispatcher stopped", id=self.dispatcher_id)
+
+    async def _declare_schedules(self) -> None:
+        if not self.settings.schedules_file:
+            return
+        for i, spec in enumerate(schedules_file.load(self.settings.schedules_file)):
+            try:
+                await self.scheduler.declare(spec, f"{self.settings.schedules_file}: schedule #{i + 1}")
+            except InvalidArgument as exc:
+                raise ConfigError(str(exc)) from None
 
     async def _check_redis_shard_count(self) -> None:
         await self.redis.hsetnx(CLUSTER_KEY, "shard_count", self.settings.shard_count)
@@ -162,6 +175,30 @@ class Dispatcher:
         epoch = self.ownership.epochs.get(shard)
         if epoch is not None and await self.reconciler.reconcile(shard, epoch):
             self.promoters[shard].wake()
+
+    async def cancel(self, job_id: str, shard: int, job_type: str, priority: int, db_status: str) -> str:
+        """Cancel a job: one waiting never runs; a running one is told to stop and is not retried.
+        Returns its status after: "cancelled", "leased" (running, will not be retried) or the
+        terminal status it already had."""
+        outcome = await self.working_set.cancel(shard, job_id, job_type, Priority(priority))
+        if outcome.code == 1:
+            self.writer.record(
+                shard, transition_update(Transition(job_id, shard, JobState.CANCELLED), now_ms())
+            )
+            await self.writer.flush()
+            return "cancelled"
+        if outcome.code == 2:
+            holder = self.sessions.holders.get(job_id)
+            if holder is not None:
+                ref = pb.LeaseRef(job_id=job_id, token=outcome.token, shard=shard)
+                holder.send(pb.DispatcherMessage(cancel=pb.Cancel(ref=ref)))
+            return "leased"
+        if outcome.code == 3:
+            return str(outcome.state)
+        if db_status in ("succeeded", "dead", "cancelled"):
+            return db_status
+        await self.store.set_cancelled(job_id)  # Redis does not hold it: its row is the only copy
+        return "cancelled"
 
     async def hand_off(self, shard: int, jobs: list[NewJob]) -> None:
         """Committed jobs of a shard another process owns: ask the owner to queue them. When that

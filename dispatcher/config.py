@@ -123,6 +123,16 @@ class Settings:
     reconcile_interval_s: float = 300.0
     #: SHARDQ_LEASE_BATCH: most leases sent to one worker in one message.
     lease_batch: int = 256
+    #: SHARDQ_SCHEDULE_TICK_MS: how often a shard owner looks for due schedule occurrences.
+    schedule_tick_ms: int = 1_000
+    #: SHARDQ_SCHEDULE_LOOKAHEAD_MS: occurrences become delayed jobs this long before they are due,
+    #: so they start on time (the promoter runs them at their second), not a tick late.
+    schedule_lookahead_ms: int = 5_000
+    #: SHARDQ_SCHEDULE_MISFIRE_GRACE_MS: an occurrence materialized later than this after its time
+    #: counts as missed and goes to the catch-up policy (longer than an ownership failover).
+    schedule_misfire_grace_ms: int = 15_000
+    #: SHARDQ_SCHEDULES_FILE: a TOML file of schedules upserted at start (deploys declare them).
+    schedules_file: str | None = None
     #: SHARDQ_LOG_LEVEL and SHARDQ_LOG_FORMAT (auto, json, console).
     log_level: str = "info"
     log_format: str = "auto"
@@ -141,6 +151,12 @@ class Settings:
             raise ConfigError("processes must be in 1..256")
         if self.reconnect_grace_ms < 0 or self.flush_interval_ms < 0:
             raise ConfigError("durations cannot be negative")
+        if not 10 <= self.schedule_tick_ms <= 60_000:
+            raise ConfigError("schedule tick must be in 10..60000 ms")
+        if not 0 <= self.schedule_lookahead_ms <= 3_600_000 or self.schedule_misfire_grace_ms < 0:
+            raise ConfigError(
+                "schedule lookahead must be in 0..3600000 ms and the misfire grace not negative"
+            )
 
     def advertised(self, port: int) -> str:
         """The address peers and workers should use, given the port actually bound."""

@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -16,16 +15,12 @@ import grpc
 from worker_sdk import Client, ShardqError
 from worker_sdk._convert import REASONS
 
+from . import ctl_schedules
+from .tables import table
+
 
 class UsageError(Exception):
     pass
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    return "\n".join(lines)
 
 
 def _time(ms: int) -> str:
@@ -284,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("ids", nargs="*")
             p.add_argument("--all", action="store_true", help="every dead job matching the filters")
         p.set_defaults(func=func)
+    ctl_schedules.add_commands(sub)
     return parser
 
 

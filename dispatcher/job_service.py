@@ -18,10 +18,9 @@ from ._pb import shardq_pb2_grpc as pb_grpc
 from .clock import now_ms
 from .errors import REDIS_DOWN, DispatcherError, InvalidArgument, NotFound
 from .reconciler import record_from_row
-from .states import JobState, Priority
-from .status_writer import transition_update
+from .states import JobState
 from .store import DeadFilter, JobRow
-from .working_set import NewJob, Transition
+from .working_set import NewJob
 
 if TYPE_CHECKING:
     from .app import Dispatcher
@@ -108,25 +107,8 @@ class JobService(pb_grpc.JobServiceServicer):
         row = await self.app.store.get_job(job_id)
         if row is None:
             raise NotFound(f"no job {job_id}")
-        outcome = await self.app.working_set.cancel(row.shard, job_id, row.type, Priority(row.priority))
-        if outcome.code == 1:
-            self.app.writer.record(
-                row.shard, transition_update(Transition(job_id, row.shard, JobState.CANCELLED), now_ms())
-            )
-            await self.app.writer.flush()
-            return pb.CancelJobResponse(status=pb.JOB_STATUS_CANCELLED)
-        if outcome.code == 2:
-            holder = self.app.sessions.holders.get(job_id)
-            if holder is not None:
-                ref = pb.LeaseRef(job_id=job_id, token=outcome.token, shard=row.shard)
-                holder.send(pb.DispatcherMessage(cancel=pb.Cancel(ref=ref)))
-            return pb.CancelJobResponse(status=pb.JOB_STATUS_LEASED)
-        if outcome.code == 3:
-            return pb.CancelJobResponse(status=_STATUS[outcome.state])
-        if row.status in ("succeeded", "dead", "cancelled"):
-            return pb.CancelJobResponse(status=_STATUS[row.status])
-        await self.app.store.set_cancelled(job_id)
-        return pb.CancelJobResponse(status=pb.JOB_STATUS_CANCELLED)
+        status = await self.app.cancel(job_id, row.shard, row.type, row.priority, row.status)
+        return pb.CancelJobResponse(status=_STATUS[status])
 
     @rpc
     async def Stats(self, request: pb.StatsRequest, context: Any) -> pb.StatsResponse:
@@ -156,7 +138,17 @@ class JobService(pb_grpc.JobServiceServicer):
                     oldest_ready_age_ms=oldest,
                 )
             )
-        return pb.StatsResponse(queues=out)
+        schedules = [
+            pb.ScheduleStats(
+                name=r.name,
+                type=r.type,
+                materialized=r.materialized,
+                skipped=r.skipped,
+                next_occurrence_ms=(r.next_occurrence_ms or 0) if r.enabled else 0,
+            )
+            for r in await self.app.store.list_schedules()
+        ]
+        return pb.StatsResponse(queues=out, schedules=schedules)
 
     @rpc
     async def ListDead(self, request: pb.ListDeadRequest, context: Any) -> pb.ListDeadResponse:
@@ -247,4 +239,5 @@ def job_message(row: JobRow) -> pb.Job:
         finished_at_ms=row.finished_at or 0,
         result=row.result or b"",
         shard=row.shard,
+        schedule=row.schedule or "",
     )

@@ -42,6 +42,14 @@ EXPIRED = Counter(
     "shardq_leases_expired_total", "Leases that expired (worker crash, hang, disconnect).", ["type"]
 )
 DEAD = Counter("shardq_jobs_dead_lettered_total", "Jobs moved to the dead-letter queue.", ["type", "reason"])
+SCHEDULE_MATERIALIZED = Counter(
+    "shardq_schedule_occurrences_materialized_total", "Schedule occurrences that became jobs.", ["type"]
+)
+SCHEDULE_SKIPPED = Counter(
+    "shardq_schedule_occurrences_skipped_total",
+    "Missed schedule occurrences the catch-up policy did not run.",
+    ["type"],
+)
 RESTORED = Counter("shardq_reconciler_restored_total", "Jobs the reconciler put back into Redis from the DB.")
 ENQUEUE_TO_START = Histogram(
     "shardq_enqueue_to_start_seconds",

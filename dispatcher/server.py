@@ -18,6 +18,7 @@ from .app import Dispatcher
 from .config import Settings
 from .embedded import EmbeddedRedis
 from .job_service import JobService
+from .schedule_service import ScheduleService
 from .shard_service import ShardService
 from .store import open_store
 from .store.postgres import redact
@@ -89,6 +90,7 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
         pb_grpc.add_JobServiceServicer_to_server(JobService(app), server)
         pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(app), server)
         pb_grpc.add_ShardServiceServicer_to_server(ShardService(app), server)
+        pb_grpc.add_ScheduleServiceServicer_to_server(ScheduleService(app), server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         await server.start()
@@ -123,7 +125,12 @@ async def _health_loop(app: Dispatcher, servicer: health.aio.HealthServicer, eve
             status = (
                 health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
             )
-            for service in ("", "shardq.v1.JobService", "shardq.v1.WorkerService"):
+            for service in (
+                "",
+                "shardq.v1.JobService",
+                "shardq.v1.WorkerService",
+                "shardq.v1.ScheduleService",
+            ):
                 await servicer.set(service, status)
             serving = ok
         if ok and rounds % 3 == 0:  # the dead-letter depth from the DB, every ~6 s

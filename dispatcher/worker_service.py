@@ -66,7 +66,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             self.app.background(cleanup)
             await asyncio.shield(cleanup)
 
-    async def _close(self, session: WorkerSession, reader: asyncio.Task[None], pump: asyncio.Task[None]) -> None:
+    async def _close(
+        self, session: WorkerSession, reader: asyncio.Task[None], pump: asyncio.Task[None]
+    ) -> None:
         # The pump is not cancelled but told to stop: cancelled mid-lease it would strand the leases
         # Redis just granted (full TTL, nobody holding them). Closed, it releases them itself.
         session.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._client import AsyncClient, Client
 from ._context import JobContext
 from ._errors import InvalidArgumentError, NotFoundError, Retry, ShardqError, SkipRetry, UnavailableError
+from ._schedules import Schedule, ScheduleInfo
 from ._worker import Handler, Worker, serve
 
 __all__ = [
@@ -16,6 +17,8 @@ __all__ = [
     "NotFoundError",
     "Retry",
     "ShardqError",
+    "Schedule",
+    "ScheduleInfo",
     "SkipRetry",
     "UnavailableError",
     "Worker",

@@ -13,6 +13,7 @@ from dispatcher._pb import shardq_pb2_grpc as pb_grpc
 
 from ._convert import STATUS_NAMES, JobInfo, QueueStats, dead_filter, job_spec
 from ._errors import from_rpc_error
+from ._schedules import Schedule, ScheduleInfo, schedule_from
 
 DEFAULT_TARGET = "127.0.0.1:7070"
 CHANNEL_OPTIONS = [
@@ -45,6 +46,7 @@ class Client:
         self._channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.JobServiceStub(self._channel)
         self._shards = pb_grpc.ShardServiceStub(self._channel)
+        self._schedules = pb_grpc.ScheduleServiceStub(self._channel)
 
     def _call(self, method: str, request: Any, stub: Any = None) -> Any:
         try:
@@ -109,6 +111,41 @@ class Client:
     def version(self) -> pb.GetVersionResponse:
         return self._call("GetVersion", pb.GetVersionRequest())
 
+    # -- schedules ---------------------------------------------------------------------
+
+    def upsert_schedule(self, schedule: Schedule | None = None, **fields: Any) -> tuple[ScheduleInfo, bool]:
+        """Create or replace a schedule by name (a Schedule, or its fields as keywords). Returns it
+        and whether anything changed: declaring the same schedule again does nothing."""
+        request = pb.UpsertScheduleRequest(schedule=schedule_from(schedule, fields))
+        response = self._call("UpsertSchedule", request, self._schedules)
+        return ScheduleInfo.from_pb(response.schedule), bool(response.created or response.changed)
+
+    def get_schedule(self, name: str) -> ScheduleInfo:
+        return ScheduleInfo.from_pb(
+            self._call("GetSchedule", pb.GetScheduleRequest(name=name), self._schedules)
+        )
+
+    def schedules(self, job_type: str = "") -> list[ScheduleInfo]:
+        response = self._call("ListSchedules", pb.ListSchedulesRequest(type=job_type), self._schedules)
+        return [ScheduleInfo.from_pb(s) for s in response.schedules]
+
+    def pause_schedule(self, name: str) -> ScheduleInfo:
+        request = pb.ScheduleNameRequest(name=name)
+        return ScheduleInfo.from_pb(self._call("PauseSchedule", request, self._schedules))
+
+    def resume_schedule(self, name: str) -> ScheduleInfo:
+        request = pb.ScheduleNameRequest(name=name)
+        return ScheduleInfo.from_pb(self._call("ResumeSchedule", request, self._schedules))
+
+    def delete_schedule(self, name: str) -> None:
+        self._call("DeleteSchedule", pb.ScheduleNameRequest(name=name), self._schedules)
+
+    def next_occurrences(self, name: str, count: int = 5) -> tuple[list[int], str]:
+        """The coming occurrences (epoch ms) and the schedule's time zone."""
+        request = pb.NextOccurrencesRequest(name=name, count=count)
+        response = self._call("NextOccurrences", request, self._schedules)
+        return list(response.occurrences_ms), response.timezone
+
     def close(self) -> None:
         self._channel.close()
 
@@ -127,10 +164,11 @@ class AsyncClient:
         self.timeout = timeout
         self._channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.JobServiceStub(self._channel)
+        self._schedules = pb_grpc.ScheduleServiceStub(self._channel)
 
-    async def _call(self, method: str, request: Any) -> Any:
+    async def _call(self, method: str, request: Any, stub: Any = None) -> Any:
         try:
-            return await getattr(self._stub, method)(request, timeout=self.timeout)
+            return await getattr(stub or self._stub, method)(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
@@ -171,6 +209,24 @@ class AsyncClient:
     async def purge_dead(self, *, job_type: str | None = None, reason: str | None = None) -> int:
         request = pb.PurgeDeadRequest(filter=dead_filter(job_type, reason))
         return int((await self._call("PurgeDead", request)).purged)
+
+    async def upsert_schedule(
+        self, schedule: Schedule | None = None, **fields: Any
+    ) -> tuple[ScheduleInfo, bool]:
+        request = pb.UpsertScheduleRequest(schedule=schedule_from(schedule, fields))
+        response = await self._call("UpsertSchedule", request, self._schedules)
+        return ScheduleInfo.from_pb(response.schedule), bool(response.created or response.changed)
+
+    async def get_schedule(self, name: str) -> ScheduleInfo:
+        request = pb.GetScheduleRequest(name=name)
+        return ScheduleInfo.from_pb(await self._call("GetSchedule", request, self._schedules))
+
+    async def schedules(self, job_type: str = "") -> list[ScheduleInfo]:
+        response = await self._call("ListSchedules", pb.ListSchedulesRequest(type=job_type), self._schedules)
+        return [ScheduleInfo.from_pb(s) for s in response.schedules]
+
+    async def delete_schedule(self, name: str) -> None:
+        await self._call("DeleteSchedule", pb.ScheduleNameRequest(name=name), self._schedules)
 
     async def close(self) -> None:
         await self._channel.close()

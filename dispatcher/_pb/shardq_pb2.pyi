@@ -31,6 +31,13 @@ class DeadReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DEAD_REASON_NOT_RETRYABLE: _ClassVar[DeadReason]
     DEAD_REASON_LEASE_EXPIRED: _ClassVar[DeadReason]
     DEAD_REASON_NO_HANDLER: _ClassVar[DeadReason]
+
+class CatchUp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CATCH_UP_UNSPECIFIED: _ClassVar[CatchUp]
+    CATCH_UP_ALL: _ClassVar[CatchUp]
+    CATCH_UP_LATEST: _ClassVar[CatchUp]
+    CATCH_UP_NONE: _ClassVar[CatchUp]
 PRIORITY_UNSPECIFIED: Priority
 PRIORITY_HIGH: Priority
 PRIORITY_DEFAULT: Priority
@@ -47,6 +54,10 @@ DEAD_REASON_HANDLER_ERROR: DeadReason
 DEAD_REASON_NOT_RETRYABLE: DeadReason
 DEAD_REASON_LEASE_EXPIRED: DeadReason
 DEAD_REASON_NO_HANDLER: DeadReason
+CATCH_UP_UNSPECIFIED: CatchUp
+CATCH_UP_ALL: CatchUp
+CATCH_UP_LATEST: CatchUp
+CATCH_UP_NONE: CatchUp
 
 class JobSpec(_message.Message):
     __slots__ = ("type", "payload", "priority", "run_at_ms", "delay_ms", "max_attempts", "lease_ttl_ms", "idempotency_key")
@@ -103,7 +114,7 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard")
+    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard", "schedule")
     ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +134,7 @@ class Job(_message.Message):
     FINISHED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     id: str
     type: str
     priority: Priority
@@ -142,7 +154,8 @@ class Job(_message.Message):
     finished_at_ms: int
     result: bytes
     shard: int
-    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ...) -> None: ...
+    schedule: str
+    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ..., schedule: _Optional[str] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -178,11 +191,27 @@ class QueueStats(_message.Message):
     oldest_ready_age_ms: int
     def __init__(self, type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., delayed: _Optional[int] = ..., ready: _Optional[int] = ..., leased: _Optional[int] = ..., dead: _Optional[int] = ..., oldest_ready_age_ms: _Optional[int] = ...) -> None: ...
 
+class ScheduleStats(_message.Message):
+    __slots__ = ("name", "type", "materialized", "skipped", "next_occurrence_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    MATERIALIZED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OCCURRENCE_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: str
+    materialized: int
+    skipped: int
+    next_occurrence_ms: int
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., materialized: _Optional[int] = ..., skipped: _Optional[int] = ..., next_occurrence_ms: _Optional[int] = ...) -> None: ...
+
 class StatsResponse(_message.Message):
-    __slots__ = ("queues",)
+    __slots__ = ("queues", "schedules")
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
     queues: _containers.RepeatedCompositeFieldContainer[QueueStats]
-    def __init__(self, queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ...) -> None: ...
+    schedules: _containers.RepeatedCompositeFieldContainer[ScheduleStats]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ..., schedules: _Optional[_Iterable[_Union[ScheduleStats, _Mapping]]] = ...) -> None: ...
 
 class DeadFilter(_message.Message):
     __slots__ = ("type", "reason")
@@ -525,3 +554,115 @@ class PushJobsRequest(_message.Message):
 class PushJobsResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ScheduleSpec(_message.Message):
+    __slots__ = ("name", "cron", "type", "payload", "priority", "timezone", "max_lag_ms", "catch_up", "max_attempts", "lease_ttl_ms", "enabled")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    MAX_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    cron: str
+    type: str
+    payload: bytes
+    priority: Priority
+    timezone: str
+    max_lag_ms: int
+    catch_up: CatchUp
+    max_attempts: int
+    lease_ttl_ms: int
+    enabled: bool
+    def __init__(self, name: _Optional[str] = ..., cron: _Optional[str] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., timezone: _Optional[str] = ..., max_lag_ms: _Optional[int] = ..., catch_up: _Optional[_Union[CatchUp, str]] = ..., max_attempts: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., enabled: _Optional[bool] = ...) -> None: ...
+
+class Schedule(_message.Message):
+    __slots__ = ("spec", "enabled", "version", "shard", "last_occurrence_ms", "next_occurrence_ms", "materialized", "skipped", "created_at_ms", "updated_at_ms")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    LAST_OCCURRENCE_MS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OCCURRENCE_MS_FIELD_NUMBER: _ClassVar[int]
+    MATERIALIZED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    spec: ScheduleSpec
+    enabled: bool
+    version: int
+    shard: int
+    last_occurrence_ms: int
+    next_occurrence_ms: int
+    materialized: int
+    skipped: int
+    created_at_ms: int
+    updated_at_ms: int
+    def __init__(self, spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., enabled: _Optional[bool] = ..., version: _Optional[int] = ..., shard: _Optional[int] = ..., last_occurrence_ms: _Optional[int] = ..., next_occurrence_ms: _Optional[int] = ..., materialized: _Optional[int] = ..., skipped: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., updated_at_ms: _Optional[int] = ...) -> None: ...
+
+class UpsertScheduleRequest(_message.Message):
+    __slots__ = ("schedule",)
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    schedule: ScheduleSpec
+    def __init__(self, schedule: _Optional[_Union[ScheduleSpec, _Mapping]] = ...) -> None: ...
+
+class UpsertScheduleResponse(_message.Message):
+    __slots__ = ("schedule", "created", "changed")
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    schedule: Schedule
+    created: bool
+    changed: bool
+    def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ..., created: _Optional[bool] = ..., changed: _Optional[bool] = ...) -> None: ...
+
+class GetScheduleRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListSchedulesRequest(_message.Message):
+    __slots__ = ("type",)
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    def __init__(self, type: _Optional[str] = ...) -> None: ...
+
+class ListSchedulesResponse(_message.Message):
+    __slots__ = ("schedules",)
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    schedules: _containers.RepeatedCompositeFieldContainer[Schedule]
+    def __init__(self, schedules: _Optional[_Iterable[_Union[Schedule, _Mapping]]] = ...) -> None: ...
+
+class ScheduleNameRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteScheduleResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class NextOccurrencesRequest(_message.Message):
+    __slots__ = ("name", "count")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    count: int
+    def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class NextOccurrencesResponse(_message.Message):
+    __slots__ = ("occurrences_ms", "timezone")
+    OCCURRENCES_MS_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    occurrences_ms: _containers.RepeatedScalarFieldContainer[int]
+    timezone: str
+    def __init__(self, occurrences_ms: _Optional[_Iterable[int]] = ..., timezone: _Optional[str] = ...) -> None: ...

@@ -670,3 +670,334 @@ class ShardService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ScheduleServiceStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.UpsertSchedule = channel.unary_unary(
+                '/shardq.v1.ScheduleService/UpsertSchedule',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.UpsertScheduleRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.UpsertScheduleResponse.FromString,
+                _registered_method=True)
+        self.GetSchedule = channel.unary_unary(
+                '/shardq.v1.ScheduleService/GetSchedule',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.GetScheduleRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.Schedule.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/shardq.v1.ScheduleService/ListSchedules',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.PauseSchedule = channel.unary_unary(
+                '/shardq.v1.ScheduleService/PauseSchedule',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.ScheduleNameRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.Schedule.FromString,
+                _registered_method=True)
+        self.ResumeSchedule = channel.unary_unary(
+                '/shardq.v1.ScheduleService/ResumeSchedule',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.ScheduleNameRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.Schedule.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/shardq.v1.ScheduleService/DeleteSchedule',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.ScheduleNameRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.DeleteScheduleResponse.FromString,
+                _registered_method=True)
+        self.NextOccurrences = channel.unary_unary(
+                '/shardq.v1.ScheduleService/NextOccurrences',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.NextOccurrencesRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.NextOccurrencesResponse.FromString,
+                _registered_method=True)
+
+
+class ScheduleServiceServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def UpsertSchedule(self, request, context):
+        """Create or replace by name: an identical spec changes nothing, so deploys can declare schedules.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def NextOccurrences(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ScheduleServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'UpsertSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpsertSchedule,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.UpsertScheduleRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.UpsertScheduleResponse.SerializeToString,
+            ),
+            'GetSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSchedule,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.GetScheduleRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.Schedule.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.ScheduleNameRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.Schedule.SerializeToString,
+            ),
+            'ResumeSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSchedule,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.ScheduleNameRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.Schedule.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.ScheduleNameRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.DeleteScheduleResponse.SerializeToString,
+            ),
+            'NextOccurrences': grpc.unary_unary_rpc_method_handler(
+                    servicer.NextOccurrences,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.NextOccurrencesRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.NextOccurrencesResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'shardq.v1.ScheduleService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('shardq.v1.ScheduleService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ScheduleService:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def UpsertSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.ScheduleService/UpsertSchedule',
+            shardq_dot_v1_dot_shardq__pb2.UpsertScheduleRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.UpsertScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.ScheduleService/GetSchedule',
+            shardq_dot_v1_dot_shardq__pb2.GetScheduleRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.ScheduleService/ListSchedules',
+            shardq_dot_v1_dot_shardq__pb2.ListSchedulesRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.ScheduleService/PauseSchedule',
+            shardq_dot_v1_dot_shardq__pb2.ScheduleNameRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.ScheduleService/ResumeSchedule',
+            shardq_dot_v1_dot_shardq__pb2.ScheduleNameRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.ScheduleService/DeleteSchedule',
+            shardq_dot_v1_dot_shardq__pb2.ScheduleNameRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.DeleteScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NextOccurrences(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.ScheduleService/NextOccurrences',
+            shardq_dot_v1_dot_shardq__pb2.NextOccurrencesRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.NextOccurrencesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

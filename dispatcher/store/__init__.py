@@ -4,5 +4,15 @@ from __future__ import annotations
 
 from .base import DeadFilter, JobRow, Store, StoreUpdate
 from .open import open_store
+from .schedules import Advance, ScheduleRow, StaleOccurrence
 
-__all__ = ["DeadFilter", "JobRow", "Store", "StoreUpdate", "open_store"]
+__all__ = [
+    "Advance",
+    "DeadFilter",
+    "JobRow",
+    "ScheduleRow",
+    "StaleOccurrence",
+    "Store",
+    "StoreUpdate",
+    "open_store",
+]

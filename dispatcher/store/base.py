@@ -11,11 +11,12 @@ from typing import Any
 
 from ..clock import now_ms
 from ..errors import ConfigError
+from .schedules import ScheduleQueries
 
 COLUMNS = (
     "id, type, shard, priority, payload, status, run_at, lease_until, attempts, failures, expirations, "
     "max_attempts, lease_ttl_ms, idem_key, last_error, dead_reason, result, enqueued_at, started_at, "
-    "finished_at, updated_at"
+    "finished_at, updated_at, schedule"
 )
 ACTIVE_STATES = ("delayed", "ready", "leased")
 
@@ -43,6 +44,7 @@ class JobRow:
     started_at: int | None
     finished_at: int | None
     updated_at: int
+    schedule: str | None = None  # the schedule that materialized it
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobRow:
@@ -107,6 +109,8 @@ class DeadFilter:
 class Tx(abc.ABC):
     """One open transaction."""
 
+    supports_for_update = False  # SELECT ... FOR UPDATE (SQLite serializes writers anyway)
+
     @abc.abstractmethod
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
@@ -129,7 +133,7 @@ _INSERT = (
 )
 
 
-class Store(abc.ABC):
+class Store(ScheduleQueries, abc.ABC):
     """Job rows and shard epochs. Every method is one transaction."""
 
     url_for_logs: str = ""

@@ -37,6 +37,8 @@ def _pg(sql: str) -> str:
 
 
 class _PgTx(Tx):
+    supports_for_update = True
+
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.conn = conn
 
