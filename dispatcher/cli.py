@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from . import schedules_file
 from .config import Settings
 from .errors import DispatcherError
 from .logs import configure
@@ -23,6 +24,7 @@ def _run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
     )
     configure(settings.log_level, settings.log_format)
+    schedules_file.check(settings)
     import uvloop
 
     if settings.processes > 1:

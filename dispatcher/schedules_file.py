@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ._pb import shardq_pb2 as pb
+from .config import Settings
 from .durations import parse_duration_ms
-from .errors import ConfigError
+from .errors import ConfigError, InvalidArgument
+from .schedule_spec import schedule_spec
 
 _KEYS = {
     "name",
@@ -92,3 +94,15 @@ def _spec(entry: dict[str, Any], where: str) -> pb.ScheduleSpec:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: {exc}") from None
     return spec
+
+
+def check(settings: Settings) -> None:
+    """Refuse to start on a bad schedules file, before any process is spawned (a supervisor would
+    otherwise restart its children forever on an error no restart can fix)."""
+    if not settings.schedules_file:
+        return
+    for i, spec in enumerate(load(settings.schedules_file)):
+        try:
+            schedule_spec(spec, settings, f"{settings.schedules_file}: schedule #{i + 1}")
+        except InvalidArgument as exc:
+            raise ConfigError(str(exc)) from None
