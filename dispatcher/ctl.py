@@ -119,7 +119,20 @@ def cmd_stats(client: Client, args: argparse.Namespace) -> Any:
         if rows
         else "no jobs pending"
     )
-    return [asdict(q) for q in stats], text
+    schedules = client.schedules()
+    if schedules:
+        text += "\n\n" + table(
+            ["schedule", "type", "materialized", "skipped", "next"],
+            [(s.name, s.job_type, s.materialized, s.skipped, _time(s.next_occurrence_ms)) for s in schedules],
+        )
+    data = {
+        "queues": [asdict(q) for q in stats],
+        "schedules": [
+            {"name": s.name, "type": s.job_type, "materialized": s.materialized, "skipped": s.skipped}
+            for s in schedules
+        ],
+    }
+    return data, text
 
 
 def cmd_dlq_list(client: Client, args: argparse.Namespace) -> Any:

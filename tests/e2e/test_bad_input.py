@@ -104,35 +104,65 @@ JOB_SERVICE_CASES: list[tuple[str, tuple[str, Any], tuple[str, ...]]] = [
     ("payload of 1 MiB + 1 byte", enqueue(payload=b"x" * (MiB + 1)), ("payload",)),
     ("201-character idempotency key", enqueue(idempotency_key="k" * 201), ("idempotency_key",)),
     ("EnqueueMany with no jobs", ("EnqueueMany", pb.EnqueueManyRequest(jobs=[])), ("jobs",)),
-    ("EnqueueMany with 10,001 jobs",
-     ("EnqueueMany", pb.EnqueueManyRequest(jobs=[spec() for _ in range(10_001)])), ("jobs",)),
+    (
+        "EnqueueMany with 10,001 jobs",
+        ("EnqueueMany", pb.EnqueueManyRequest(jobs=[spec() for _ in range(10_001)])),
+        ("jobs",),
+    ),
     ("EnqueueMany, jobs[5] has an empty type", batch_with_bad_fifth(job_type=""), ("jobs[5]", "type")),
-    ("EnqueueMany, jobs[5] has lease_ttl_ms 0",
-     batch_with_bad_fifth(lease_ttl_ms=0), ("jobs[5]", "lease_ttl_ms")),
-    ("EnqueueMany, jobs[5] has an oversized payload",
-     batch_with_bad_fifth(payload=b"x" * (MiB + 1)), ("jobs[5]", "payload")),
+    (
+        "EnqueueMany, jobs[5] has lease_ttl_ms 0",
+        batch_with_bad_fifth(lease_ttl_ms=0),
+        ("jobs[5]", "lease_ttl_ms"),
+    ),
+    (
+        "EnqueueMany, jobs[5] has an oversized payload",
+        batch_with_bad_fifth(payload=b"x" * (MiB + 1)),
+        ("jobs[5]", "payload"),
+    ),
     ("GetJob with an empty id", ("GetJob", pb.GetJobRequest(job_id="")), ("job_id",)),
     ("GetJob with a 65-character id", ("GetJob", pb.GetJobRequest(job_id="a" * 65)), ("job_id",)),
     ("GetJob with a control character in the id", ("GetJob", pb.GetJobRequest(job_id="ab\ncd")), ("job_id",)),
     ("CancelJob with an empty id", ("CancelJob", pb.CancelJobRequest(job_id="")), ("job_id",)),
     ("CancelJob with a 65-character id", ("CancelJob", pb.CancelJobRequest(job_id="a" * 65)), ("job_id",)),
     ("ListDead with limit 10001", ("ListDead", pb.ListDeadRequest(limit=10_001)), ("limit",)),
-    ("ListDead with reason 99",
-     ("ListDead", pb.ListDeadRequest(filter=pb.DeadFilter(reason=99))), ("filter.reason",)),
-    ("ListDead with a bad type filter",
-     ("ListDead", pb.ListDeadRequest(filter=pb.DeadFilter(type="bad type"))), ("filter.type",)),
-    ("ListDead with a 65-character after_id",
-     ("ListDead", pb.ListDeadRequest(after_id="a" * 65)), ("after_id",)),
+    (
+        "ListDead with reason 99",
+        ("ListDead", pb.ListDeadRequest(filter=pb.DeadFilter(reason=99))),
+        ("filter.reason",),
+    ),
+    (
+        "ListDead with a bad type filter",
+        ("ListDead", pb.ListDeadRequest(filter=pb.DeadFilter(type="bad type"))),
+        ("filter.type",),
+    ),
+    (
+        "ListDead with a 65-character after_id",
+        ("ListDead", pb.ListDeadRequest(after_id="a" * 65)),
+        ("after_id",),
+    ),
     ("RequeueDead with neither ids nor all", ("RequeueDead", pb.RequeueDeadRequest()), ("job_ids", "all")),
-    ("RequeueDead with both ids and all",
-     ("RequeueDead", pb.RequeueDeadRequest(job_ids=["abc"], all=True)), ("job_ids", "all")),
+    (
+        "RequeueDead with both ids and all",
+        ("RequeueDead", pb.RequeueDeadRequest(job_ids=["abc"], all=True)),
+        ("job_ids", "all"),
+    ),
     ("RequeueDead with an empty id", ("RequeueDead", pb.RequeueDeadRequest(job_ids=[""])), ("job_ids[0]",)),
-    ("RequeueDead all with reason 99",
-     ("RequeueDead", pb.RequeueDeadRequest(all=True, filter=pb.DeadFilter(reason=99))), ("filter.reason",)),
-    ("PurgeDead with a bad type filter",
-     ("PurgeDead", pb.PurgeDeadRequest(filter=pb.DeadFilter(type="bad type"))), ("filter.type",)),
-    ("PurgeDead with reason 99",
-     ("PurgeDead", pb.PurgeDeadRequest(filter=pb.DeadFilter(reason=99))), ("filter.reason",)),
+    (
+        "RequeueDead all with reason 99",
+        ("RequeueDead", pb.RequeueDeadRequest(all=True, filter=pb.DeadFilter(reason=99))),
+        ("filter.reason",),
+    ),
+    (
+        "PurgeDead with a bad type filter",
+        ("PurgeDead", pb.PurgeDeadRequest(filter=pb.DeadFilter(type="bad type"))),
+        ("filter.type",),
+    ),
+    (
+        "PurgeDead with reason 99",
+        ("PurgeDead", pb.PurgeDeadRequest(filter=pb.DeadFilter(reason=99))),
+        ("filter.reason",),
+    ),
 ]
 
 
@@ -181,8 +211,12 @@ class WorkerStream:
         self.responses.cancel()
 
 
-def hello(worker_id: str = "bad-input-test", job_types: tuple[str, ...] = ("unused_type",),
-          concurrency: int = 1, **extra: Any) -> pb.Hello:
+def hello(
+    worker_id: str = "bad-input-test",
+    job_types: tuple[str, ...] = ("unused_type",),
+    concurrency: int = 1,
+    **extra: Any,
+) -> pb.Hello:
     return pb.Hello(worker_id=worker_id, job_types=list(job_types), concurrency=concurrency, **extra)
 
 
@@ -229,8 +263,10 @@ def test_job_service_rejects_bad_requests_and_writes_nothing(dispatcher, redis_u
         assert not failures, "\n".join(failures)
 
         # Well-formed ids of jobs that do not exist: NOT_FOUND, not INVALID_ARGUMENT.
-        for method, request in (("GetJob", pb.GetJobRequest(job_id="no-such-job")),
-                                ("CancelJob", pb.CancelJobRequest(job_id="no-such-job"))):
+        for method, request in (
+            ("GetJob", pb.GetJobRequest(job_id="no-such-job")),
+            ("CancelJob", pb.CancelJobRequest(job_id="no-such-job")),
+        ):
             with pytest.raises(grpc.RpcError) as info:
                 getattr(stub, method)(request, timeout=10)
             assert info.value.code() is grpc.StatusCode.NOT_FOUND, (method, info.value.details())
@@ -251,9 +287,16 @@ def test_job_service_rejects_bad_requests_and_writes_nothing(dispatcher, redis_u
         version = stub.GetVersion(pb.GetVersionRequest(), timeout=10)
         assert version.protocol >= 1 and version.shard_count == 8
         boundary = [
-            spec("a" * 200), spec(payload=b"x" * MiB), spec(max_attempts=1), spec(max_attempts=1000),
-            spec(lease_ttl_ms=100), spec(lease_ttl_ms=DAY_MS), spec(idempotency_key="k" * 200),
-            spec(delay_ms=0), spec(priority=pb.PRIORITY_LOW), spec("Z9_.:/-x"),
+            spec("a" * 200),
+            spec(payload=b"x" * MiB),
+            spec(max_attempts=1),
+            spec(max_attempts=1000),
+            spec(lease_ttl_ms=100),
+            spec(lease_ttl_ms=DAY_MS),
+            spec(idempotency_key="k" * 200),
+            spec(delay_ms=0),
+            spec(priority=pb.PRIORITY_LOW),
+            spec("Z9_.:/-x"),
         ]
         response = stub.EnqueueMany(pb.EnqueueManyRequest(jobs=boundary), timeout=20)
         assert len(response.job_ids) == len(boundary) and all(response.created)
@@ -288,8 +331,10 @@ def test_nul_byte_in_idempotency_key_is_refused_or_stored_and_hurts_no_other_enq
             except grpc.RpcError as exc:
                 details = exc.details() or ""
                 if exc.code() is not grpc.StatusCode.INVALID_ARGUMENT or "idempotency_key" not in details:
-                    problems.append(f"{attempt} enqueue with a NUL in the key: {exc.code().name} "
-                                    f"{details!r}, expected INVALID_ARGUMENT naming idempotency_key, or OK")
+                    problems.append(
+                        f"{attempt} enqueue with a NUL in the key: {exc.code().name} "
+                        f"{details!r}, expected INVALID_ARGUMENT naming idempotency_key, or OK"
+                    )
             else:
                 if attempt == "first":
                     first = response.job_id
@@ -318,13 +363,19 @@ def test_nack_error_with_nul_byte_does_not_stop_status_writes(dispatcher, db_url
             assert list(stream.responses) == []
         start_worker(dispatcher.target, types="noop")
         later = client.enqueue("noop", {"after": "nul"})
-        wait_until(lambda: any(e["job"] == later and e["event"] == "end" for e in read_ledger(ledger)),
-                   timeout=20)
-        wait_until(lambda: db_status(db_url, job_id) == "dead" and db_status(db_url, later) == "succeeded",
-                   timeout=10, interval=0.1,
-                   message=lambda: f"DB rows: the job nacked with a NUL is {db_status(db_url, job_id)!r} "
-                                   f"(expected 'dead'), a later acked job is {db_status(db_url, later)!r} "
-                                   f"(expected 'succeeded'); dispatcher log:\n{dispatcher.log_tail(10)}")
+        wait_until(
+            lambda: any(e["job"] == later and e["event"] == "end" for e in read_ledger(ledger)), timeout=20
+        )
+        wait_until(
+            lambda: db_status(db_url, job_id) == "dead" and db_status(db_url, later) == "succeeded",
+            timeout=10,
+            interval=0.1,
+            message=lambda: (
+                f"DB rows: the job nacked with a NUL is {db_status(db_url, job_id)!r} "
+                f"(expected 'dead'), a later acked job is {db_status(db_url, later)!r} "
+                f"(expected 'succeeded'); dispatcher log:\n{dispatcher.log_tail(10)}"
+            ),
+        )
         job = client.get_job(job_id)
         assert (job.status, job.dead_reason) == ("dead", "not_retryable")
         assert "boom" in job.last_error
@@ -345,32 +396,48 @@ def test_worker_stream_bad_input(dispatcher, redis_url, start_worker, ledger):
             ("hello with concurrency 10001", [{"hello": hello(concurrency=10_001)}], "concurrency", []),
             ("hello with a bad job type", [{"hello": hello(job_types=("ok", "bad type"))}], "job_types", []),
             ("hello with an empty worker id", [{"hello": hello(worker_id="")}], "worker_id", []),
-            ("hello holding a lease of shard 9999",
-             [{"hello": hello(held=[ref(shard=9999)])}], "shard", []),
+            ("hello holding a lease of shard 9999", [{"hello": hello(held=[ref(shard=9999)])}], "shard", []),
             ("hello sent twice", [{"hello": hello()}, {"hello": hello()}], "hello", ["welcome"]),
             ("an empty message after hello", [{"hello": hello()}, {}], "message", ["welcome"]),
-            ("an ack with shard 9999",
-             [{"hello": hello()}, {"acks": pb.Acks(acks=[pb.Ack(lease=ref(shard=9999))])}], "shard",
-             ["welcome"]),
-            ("an ack with an empty token",
-             [{"hello": hello()}, {"acks": pb.Acks(acks=[pb.Ack(lease=ref(token=""))])}], "token",
-             ["welcome"]),
-            ("a nack with shard 9999",
-             [{"hello": hello()}, {"nacks": pb.Nacks(nacks=[pb.Nack(lease=ref(shard=9999))])}], "shard",
-             ["welcome"]),
-            ("a nack with a negative retry delay",
-             [{"hello": hello()}, {"nacks": pb.Nacks(nacks=[pb.Nack(lease=ref(), retry_delay_ms=-1)])}],
-             "retry_delay_ms", ["welcome"]),
-            ("a heartbeat with a 65-character job id",
-             [{"hello": hello()}, {"heartbeat": pb.Heartbeat(leases=[ref(job_id="a" * 65)])}], "job_id",
-             ["welcome"]),
+            (
+                "an ack with shard 9999",
+                [{"hello": hello()}, {"acks": pb.Acks(acks=[pb.Ack(lease=ref(shard=9999))])}],
+                "shard",
+                ["welcome"],
+            ),
+            (
+                "an ack with an empty token",
+                [{"hello": hello()}, {"acks": pb.Acks(acks=[pb.Ack(lease=ref(token=""))])}],
+                "token",
+                ["welcome"],
+            ),
+            (
+                "a nack with shard 9999",
+                [{"hello": hello()}, {"nacks": pb.Nacks(nacks=[pb.Nack(lease=ref(shard=9999))])}],
+                "shard",
+                ["welcome"],
+            ),
+            (
+                "a nack with a negative retry delay",
+                [{"hello": hello()}, {"nacks": pb.Nacks(nacks=[pb.Nack(lease=ref(), retry_delay_ms=-1)])}],
+                "retry_delay_ms",
+                ["welcome"],
+            ),
+            (
+                "a heartbeat with a 65-character job id",
+                [{"hello": hello()}, {"heartbeat": pb.Heartbeat(leases=[ref(job_id="a" * 65)])}],
+                "job_id",
+                ["welcome"],
+            ),
         ]
         failures = []
         for description, messages, field, received in cases:
             code, details, kinds = stream_error(channel, messages)
             if code is not grpc.StatusCode.INVALID_ARGUMENT or field not in details or kinds != received:
-                failures.append(f"{description}: {code.name} {details!r} after {kinds}; expected "
-                                f"INVALID_ARGUMENT naming {field!r} after {received}")
+                failures.append(
+                    f"{description}: {code.name} {details!r} after {kinds}; expected "
+                    f"INVALID_ARGUMENT naming {field!r} after {received}"
+                )
         assert not failures, "\n".join(failures)
 
         # Acks, nacks and heartbeats for a lease never issued: rejected; the job is untouched.
@@ -436,9 +503,16 @@ def test_dispatcherctl_bad_input(dispatcher, redis_url, db_url):
     before = redis_dbsize(redis_url)
     env = {k: v for k, v in os.environ.items() if k != "SHARDQ_TARGET"}
     base = [sys.executable, "-m", "dispatcher.ctl", "--target", dispatcher.target, "--timeout", "20"]
-    procs = [(args, pattern, subprocess.Popen(base + args, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE, text=True))
-             for args, pattern in CLI_CASES]
+    procs = [
+        (
+            args,
+            pattern,
+            subprocess.Popen(
+                base + args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            ),
+        )
+        for args, pattern in CLI_CASES
+    ]
     failures = []
     for args, pattern, proc in procs:
         out, err = proc.communicate(timeout=60)
@@ -453,10 +527,10 @@ def test_dispatcherctl_bad_input(dispatcher, redis_url, db_url):
         if not re.search(pattern, err):
             problems.append(f"stderr does not match {pattern!r}")
         if problems:
-            failures.append(f"dispatcherctl {' '.join(map(repr, args))}: {'; '.join(problems)}\n"
-                            f"    stderr: {err!r}")
+            failures.append(
+                f"dispatcherctl {' '.join(map(repr, args))}: {'; '.join(problems)}\n    stderr: {err!r}"
+            )
     assert not failures, "\n".join(failures)
     assert redis_dbsize(redis_url) == before
     assert count_jobs(db_url) == 0
     assert dispatcher.ready()
-

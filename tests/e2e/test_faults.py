@@ -67,8 +67,11 @@ def database_refusing_connections(admin_url: str, name: str) -> Iterator[None]:
     with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as conn:
         conn.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name)))
         try:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                         "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
             yield
         finally:
             conn.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name)))
@@ -101,8 +104,12 @@ def test_db_down_during_enqueue(dispatcher, db_url, pg_admin_url, redis_url, sta
             except UnavailableError:
                 return None
 
-        job_id = wait_until(enqueue_after, timeout=40, interval=0.5,
-                            message="no enqueue succeeded within 40 s of the DB coming back")
+        job_id = wait_until(
+            enqueue_after,
+            timeout=40,
+            interval=0.5,
+            message="no enqueue succeeded within 40 s of the DB coming back",
+        )
         assert count_jobs(db_url) == 1  # this one, nothing from the outage
         start_worker(dispatcher.target, types="noop", concurrency=4)
         wait_until(lambda: client.get_job(job_id).status == "succeeded", timeout=30)
@@ -127,11 +134,16 @@ def test_redis_down_during_enqueue(start_dispatcher, private_redis, db_url, star
         private_redis.start()  # same port, no data
         start_worker(proc.target, types=",".join(types), concurrency=4)
         everything = [job_id, *batch]
-        wait_until(lambda: all(client.get_job(i).status == "succeeded" for i in everything), timeout=45,
-                   interval=0.2,
-                   message=lambda: f"jobs not run after Redis came back (the enqueues took {took:.1f} s): "
-                                   f"{[i for i in everything if client.get_job(i).status != 'succeeded']}\n"
-                                   f"{proc.log_tail()}")
+        wait_until(
+            lambda: all(client.get_job(i).status == "succeeded" for i in everything),
+            timeout=45,
+            interval=0.2,
+            message=lambda: (
+                f"jobs not run after Redis came back (the enqueues took {took:.1f} s): "
+                f"{[i for i in everything if client.get_job(i).status != 'succeeded']}\n"
+                f"{proc.log_tail()}"
+            ),
+        )
         marker = client.enqueue("noop", {"marker": True})  # same shard: runs after any duplicate would
         wait_until(lambda: client.get_job(marker).status == "succeeded", timeout=20)
         wait_until(lambda: all(db_status(db_url, i) == "succeeded" for i in everything), timeout=20)

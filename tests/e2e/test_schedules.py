@@ -375,6 +375,8 @@ def test_dispatcherctl_schedule_commands(dispatcher: DispatcherProcess) -> None:
     assert "hourly" in listed.stdout and "Asia/Kolkata" in listed.stdout
     nxt = ctl("schedule", "next", "hourly", "--count", "2")
     assert nxt.returncode == 0 and "+05:30" in nxt.stdout and "+00:00" in nxt.stdout
+    stats = ctl("stats")
+    assert stats.returncode == 0 and "hourly" in stats.stdout and "skipped" in stats.stdout
     assert "paused" in ctl("schedule", "pause", "hourly").stdout
     assert "state            paused" in ctl("schedule", "show", "hourly").stdout
     assert "resumed" in ctl("schedule", "resume", "hourly").stdout
