@@ -22,6 +22,7 @@ import pytest
 from dispatcher.cron import Cron
 from dispatcher.failpoints import CRASH_EXIT_CODE
 from shardmap import shard_for
+from tests.e2e.conftest import TEST_SETTINGS
 from tests.support.processes import DispatcherProcess, WorkerProcess, read_ledger
 from tests.support.wait import wait_until
 from worker_sdk import Client, InvalidArgumentError, NotFoundError, Schedule
@@ -92,6 +93,7 @@ def test_a_crash_mid_materialization_leaves_no_occurrence_missing_or_doubled(
     redis_url: str,
     db_url: str,
     failpoint: str,
+    tmp_path: Path,
 ) -> None:
     """The dispatcher exits (like SIGKILL) before the DB commit, between the commit and Redis, or
     right after Redis; the restarted one (same member id: it takes its shards back at once)
@@ -101,9 +103,13 @@ def test_a_crash_mid_materialization_leaves_no_occurrence_missing_or_doubled(
     with Client(dispatcher.target) as client:
         client.upsert_schedule(every_second("crashy", "noop.crashy", catch_up="all"))
     dispatcher.stop()
-    crashing = start_dispatcher(redis_url, db_url, dispatcher_id="d1", failpoints=failpoint)
-    assert crashing.process is not None
-    assert crashing.process.wait(30) == CRASH_EXIT_CODE, crashing.log_tail()
+    settings = {**TEST_SETTINGS, "dispatcher_id": "d1", "failpoints": failpoint}
+    crashing = DispatcherProcess(redis_url, db_url, tmp_path, **settings).start(wait=False)
+    try:
+        assert crashing.process is not None
+        assert crashing.process.wait(30) == CRASH_EXIT_CODE, crashing.log_tail()
+    finally:
+        crashing.kill()
     crashed_at = time.time()
     restarted = start_dispatcher(redis_url, db_url, dispatcher_id="d1")
     start_worker(restarted.target, types="noop.crashy")

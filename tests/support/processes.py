@@ -44,7 +44,8 @@ class DispatcherProcess:
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> DispatcherProcess:
+    def start(self, timeout: float = 30.0, wait: bool = True) -> DispatcherProcess:
+        """Start it; unless `wait` is false, return once it answers (raise if it exits first)."""
         self.starts += 1
         log = open(self.log_dir / f"dispatcher-{self.port}-{self.starts}.log", "wb")  # noqa: SIM115
         env = _env(
@@ -63,6 +64,8 @@ class DispatcherProcess:
             cwd=self.log_dir,
         )
         log.close()
+        if not wait:
+            return self
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -121,6 +124,7 @@ class WorkerProcess:
         concurrency: int = 16,
         worker_id: str | None = None,
         grace: float = 5.0,
+        job_timeout: float | None = None,
     ) -> None:
         self.args = [
             sys.executable,
@@ -139,6 +143,8 @@ class WorkerProcess:
         ]
         if worker_id:
             self.args += ["--worker-id", worker_id]
+        if job_timeout is not None:
+            self.args += ["--job-timeout", str(job_timeout)]
         self.log_path = log_dir / f"worker-{free_port()}.log"
         self.process: subprocess.Popen[bytes] | None = None
 

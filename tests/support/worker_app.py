@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--worker-id")
     parser.add_argument("--grace", type=float, default=5.0)
+    parser.add_argument("--job-timeout", type=float, help="abandon and retry a handler running longer")
     args = parser.parse_args()
     ledger = Ledger(args.ledger)
     worker = serve(
@@ -78,6 +79,7 @@ def main() -> None:
         worker_id=args.worker_id,
         shutdown_grace=args.grace,
         max_reconnect_delay=0.5,
+        job_timeout=args.job_timeout,
     )
     worker.run()
 
