@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,15 +117,21 @@ def check(
     duplicates = 0
     for job_id, job_runs in runs.items():
         for r in job_runs:
-            if r.end is None:
-                r.end = killed_pids.get(r.pid, r.start + plan.job_timeout)
+            if r.end is None:  # killed with its worker, or abandoned at the job timeout
+                killed = killed_pids.get(r.pid)
+                abandoned = r.start + plan.job_timeout
+                r.end = min(killed, abandoned) if killed is not None and killed >= r.start else abandoned
         for a, b in zip(job_runs, job_runs[1:], strict=False):
             if b.start < (a.end or a.start):
                 if any(a.start - 1.0 <= t <= b.start for t in lease_faults):
                     explained += 1
                 else:
                     unexplained += 1
-                    v.problems.append(f"{job_id}: executions overlap with no fault to explain it")
+                    v.problems.append(
+                        f"{job_id}: executions overlap with no fault to explain it: "
+                        f"pid {a.pid} {a.start:.3f}..{a.end:.3f} ({a.outcome or 'unfinished'}), "
+                        f"pid {b.pid} from {b.start:.3f}"
+                    )
         first_end = next((r.end for r in job_runs if r.outcome == "end"), None)
         if first_end is not None:
             duplicates += sum(1 for r in job_runs if r.start > first_end)
@@ -136,8 +142,9 @@ def check(
     if duplicates > bound:
         v.problems.append(f"{duplicates} duplicate executions, more than the faults explain ({bound})")
     # Cron: one job per occurrence, no gap outside a fault window.
-    if len(cron_runs) != len(set(cron_runs)):
-        v.problems.append("a cron occurrence was materialized twice")
+    doubled = sorted(at for at, n in Counter(cron_runs).items() if n > 1)
+    if doubled:
+        v.problems.append(f"{len(doubled)} cron occurrences materialized twice (e.g. {doubled[:3]})")
     cron = sorted(set(cron_runs))
     windows = [(t - 2.0, t + 20.0) for t, f in fault_times if f.kind in CRON_GAP_FAULTS]
     gaps = 0

@@ -97,6 +97,9 @@ class Soak:
             verdict.figures["enqueue_retries"] = self.enqueue_errors
             return verdict
         finally:
+            if os.environ.get("SHARDQ_SOAK_DUMP"):  # the evidence, for a failed run
+                with contextlib.suppress(Exception):
+                    self._dump(pg.url)
             for w in workers:
                 w.kill()
             if supervisor is not None:
@@ -219,6 +222,20 @@ class Soak:
             rows = conn.execute("SELECT id, status, attempts, failures, expirations FROM jobs").fetchall()
             cron = conn.execute("SELECT run_at FROM jobs WHERE schedule = 'soak-cron'").fetchall()
         return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}, [int(r[0]) for r in cron]
+
+    def _dump(self, url: str) -> None:
+        out = Path(os.environ["SHARDQ_SOAK_DUMP"])
+        out.mkdir(parents=True, exist_ok=True)
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            rows = conn.execute(
+                "SELECT id, type, status, run_at, attempts, failures, expirations, schedule, "
+                "schedule_version, enqueued_at, started_at, finished_at FROM jobs ORDER BY id"
+            ).fetchall()
+        (out / "jobs.tsv").write_text("\n".join("\t".join(map(str, r)) for r in rows))
+        (out / "ledger.jsonl").write_text(self.ledger.read_text())
+        (out / "faults.txt").write_text("\n".join(f"{t:.3f} {f}" for t, f in self.fault_times))
+        for log in self.workdir.glob("*.log"):
+            (out / log.name).write_text(log.read_text(errors="replace"))
 
 
 def _retrying(call, attempts: int = 20) -> None:  # noqa: ANN001
