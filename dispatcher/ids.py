@@ -30,3 +30,11 @@ def occurrence_job_id(schedule: str, version: int, occurrence_ms: int) -> str:
     as new_job_id: the occurrence time, then 80 bits of a hash of (schedule, version, time)."""
     digest = hashlib.sha256(f"{schedule}\0{version}\0{occurrence_ms}".encode()).digest()
     return _encode(occurrence_ms << 80 | int.from_bytes(digest[:10], "big"))
+
+
+def time_of(job_id: str) -> int:
+    """The milliseconds in a job id: when it was made, or for an occurrence's job, the occurrence."""
+    value = 0
+    for ch in job_id[:10]:
+        value = value * 32 + _ALPHABET.index(ch)
+    return value

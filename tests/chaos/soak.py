@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import psycopg
 
+from dispatcher.ids import time_of
 from tests.support.pg_cluster import PgCluster
 from tests.support.processes import ROOT, DispatcherProcess, WorkerProcess, read_ledger
 from tests.support.redis_server import RedisServer
@@ -220,8 +221,9 @@ class Soak:
     def _read_db(self, url: str) -> tuple[dict[str, tuple[str, int, int, int]], list[int]]:
         with psycopg.connect(url, connect_timeout=5) as conn:
             rows = conn.execute("SELECT id, status, attempts, failures, expirations FROM jobs").fetchall()
-            cron = conn.execute("SELECT run_at FROM jobs WHERE schedule = 'soak-cron'").fetchall()
-        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}, [int(r[0]) for r in cron]
+            cron = conn.execute("SELECT id FROM jobs WHERE schedule = 'soak-cron'").fetchall()
+        # An occurrence's time is in its job id (run_at moves when a run is retried).
+        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}, [time_of(r[0]) for r in cron]
 
     def _dump(self, url: str) -> None:
         out = Path(os.environ["SHARDQ_SOAK_DUMP"])

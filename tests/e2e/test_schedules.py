@@ -21,6 +21,7 @@ import pytest
 
 from dispatcher.cron import Cron
 from dispatcher.failpoints import CRASH_EXIT_CODE
+from dispatcher.ids import time_of
 from shardmap import shard_for
 from tests.e2e.conftest import TEST_SETTINGS
 from tests.support.processes import DispatcherProcess, WorkerProcess, read_ledger
@@ -43,9 +44,10 @@ def query(db_url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any
 
 
 def occurrences_in_db(db_url: str, name: str) -> list[tuple[str, int, str]]:
-    """(id, run_at, status) of the jobs the schedule materialized, by run_at."""
-    rows = query(db_url, "SELECT id, run_at, status FROM jobs WHERE schedule = ? ORDER BY run_at", (name,))
-    return [(r[0], int(r[1]), r[2]) for r in rows]
+    """(id, occurrence time, status) of the jobs the schedule materialized, by occurrence. The time
+    is read from the id: a job's run_at moves when a run of it is retried."""
+    rows = query(db_url, "SELECT id, status FROM jobs WHERE schedule = ?", (name,))
+    return sorted(((r[0], time_of(r[0]), r[1]) for r in rows), key=lambda r: r[1])
 
 
 def starts(ledger: Path, job_type: str) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.cron import Cron, CronError
-from dispatcher.ids import occurrence_job_id
+from dispatcher.ids import occurrence_job_id, time_of
 
 
 def ms(text: str) -> int:
@@ -150,6 +150,7 @@ def test_an_occurrence_has_one_job_id_and_another_version_another() -> None:
     first = occurrence_job_id("nightly", 1, at)
     assert first == occurrence_job_id("nightly", 1, at)
     assert len(first) == 26
+    assert time_of(first) == at  # the occurrence is readable from the id
     assert occurrence_job_id("nightly", 2, at) != first
     assert occurrence_job_id("nightly", 1, at + 1000) != first
     assert occurrence_job_id("nightly", 1, at) < occurrence_job_id("nightly", 1, at + 1000)  # time-ordered
