@@ -1,4 +1,7 @@
-"""Rebuild the Redis working set from the DB: every non-terminal job row must be in Redis.
+"""Bring the DB and the Redis working set of a shard back in step.
+
+Every non-terminal job row must be in Redis, and a row must not stay behind a job Redis has
+finished (a crashed owner's unwritten status updates: its successor writes them).
 
 Runs when a shard is acquired (start-up, and after Redis lost it), when an enqueue
 could not reach Redis after its DB commit, and every reconcile_interval_s. Jobs
@@ -16,9 +19,9 @@ from . import metrics
 from .clock import now_ms
 from .records import JobRecord
 from .states import JobState, Priority
-from .status_writer import StatusWriter
+from .status_writer import StatusWriter, transition_update
 from .store import JobRow, Store
-from .working_set import NewJob, WorkingSet
+from .working_set import NewJob, Transition, WorkingSet
 
 log = structlog.get_logger("shardq.reconciler")
 
@@ -51,10 +54,11 @@ class Reconciler:
     async def reconcile(self, shard: int, epoch: int) -> int:
         """Restore the shard's jobs that Redis does not hold. Returns how many."""
         lock = self._locks.setdefault(shard, asyncio.Lock())
-        restored = 0
+        restored = caught_up = 0
         async with lock, self.writer.quiesced():
             async for ids in self.store.active_ids(shard):
                 missing = await self.working_set.missing(shard, ids)
+                caught_up += self._catch_up(shard, await self.working_set.finished(shard, ids))
                 if not missing:
                     continue
                 now = now_ms()
@@ -62,8 +66,27 @@ class Reconciler:
                 jobs = [NewJob(r.id, record_from_row(r, now), r.payload) for r in rows]
                 for i in range(0, len(jobs), 500):
                     restored += await self.working_set.restore(shard, epoch, "restore", jobs[i : i + 500])
+        if caught_up:
+            log.warning("recorded finished jobs whose DB rows were behind", shard=shard, jobs=caught_up)
         if restored:
             self.restored_total += restored
             metrics.RESTORED.inc(restored)
             log.warning("restored jobs missing from Redis", shard=shard, restored=restored)
         return restored
+
+    def _catch_up(self, shard: int, finished: list[tuple[str, JobRecord]]) -> int:
+        """Record what Redis says of jobs it finished while their rows still say active; the status
+        writer commits it and then lets Redis forget the records, as after any ack."""
+        now = now_ms()
+        for job_id, rec in finished:
+            transition = Transition(
+                job_id,
+                shard,
+                rec.state,
+                attempts=rec.attempts,
+                failures=rec.failures,
+                expirations=rec.expirations,
+                dead_reason=rec.dead_reason,
+            )
+            self.writer.record(shard, transition_update(transition, now))
+        return len(finished)

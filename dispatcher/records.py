@@ -30,6 +30,7 @@ class JobRecord:
     deadline_ms: int = 0  # d
     idempotency_key: str = ""  # i
     cancel_requested: bool = False  # c
+    dead_reason: str = ""  # z: why it is dead (for a new owner that finds it unrecorded in the DB)
 
     def pack(self) -> bytes:
         data: dict[str, Any] = {
@@ -52,6 +53,8 @@ class JobRecord:
             data["i"] = self.idempotency_key
         if self.cancel_requested:
             data["c"] = 1
+        if self.dead_reason:
+            data["z"] = self.dead_reason
         return msgpack.packb(data)
 
     @classmethod
@@ -72,4 +75,5 @@ class JobRecord:
             deadline_ms=int(d.get("d", 0)),
             idempotency_key=d.get("i", ""),
             cancel_requested=bool(d.get("c", 0)),
+            dead_reason=d.get("z", ""),
         )

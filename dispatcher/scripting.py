@@ -22,6 +22,7 @@ SCRIPT_NAMES = (
     "restore_jobs",
     "forget_jobs",
     "missing_jobs",
+    "finished_jobs",
     "acquire_shard",
     "renew_shard",
     "release_shard",
@@ -59,6 +60,7 @@ class Scripts:
     restore_jobs: Any
     forget_jobs: Any
     missing_jobs: Any
+    finished_jobs: Any
     acquire_shard: Any
     renew_shard: Any
     release_shard: Any

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from . import failpoints
 from .clock import now_ms
 from .errors import StoreUnavailable
 from .store import Store, StoreUpdate
@@ -184,6 +185,7 @@ class StatusWriter:
         batch = self._take_due()
         if batch:
             self._committing = batch
+            failpoints.hit("status.before-commit")
             try:
                 await self.store.apply_updates([e.update for e in batch.values()])
             except BaseException:

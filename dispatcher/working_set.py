@@ -302,6 +302,11 @@ class WorkingSet:
         r = await self.scripts.missing_jobs(keys=[ShardKeys(shard).jobs], args=list(ids))
         return [_s(x) for x in r]
 
+    async def finished(self, shard: int, ids: Sequence[str]) -> list[tuple[str, JobRecord]]:
+        """Those of these jobs whose record in Redis is finished (succeeded, dead, cancelled)."""
+        r = await self.scripts.finished_jobs(keys=[ShardKeys(shard).jobs], args=list(ids))
+        return [(_s(r[i]), JobRecord.unpack(r[i + 1])) for i in range(0, len(r), 2)]
+
     async def acquire(self, shard: int, epoch: int, owner: str, now: int, until: int) -> int:
         """0 acquired, 1 acquired a shard Redis did not know (reconcile it), -2 another owner holds
         an unexpired lease; raises NotOwner when the shard already has an equal or higher epoch."""

@@ -33,6 +33,7 @@ for n, id in ipairs(ids) do
       redis.call('ZADD', KEYS[5], run_at, id)
     else
       redis.call('HDEL', KEYS[3], id)
+      if state == 'dead' then rec.z = 'lease_expired' end
     end
     save_job(KEYS[2], id, rec)
     local k = #out

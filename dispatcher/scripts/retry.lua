@@ -32,6 +32,7 @@ for i = 6, #ARGV, 5 do
       redis.call('ZADD', KEYS[4], run_at, id)
     else
       redis.call('HDEL', KEYS[2], id)
+      if state == 'dead' then rec.z = dead_reason end
     end
     save_job(KEYS[1], id, rec)
     local n = #out

@@ -5,9 +5,7 @@ once, on time), and the schedule's counters (materialized / skipped)."""
 
 from __future__ import annotations
 
-import contextlib
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -16,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from dispatcher.cron import Cron
@@ -24,23 +21,13 @@ from dispatcher.failpoints import CRASH_EXIT_CODE
 from dispatcher.ids import time_of
 from shardmap import shard_for
 from tests.e2e.conftest import TEST_SETTINGS
+from tests.support.db import query
 from tests.support.processes import DispatcherProcess, WorkerProcess, read_ledger
 from tests.support.wait import wait_until
 from worker_sdk import Client, InvalidArgumentError, NotFoundError, Schedule
 
 SECOND = 1000
 MINUTE = 60_000
-
-
-def query(db_url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    if db_url.startswith("sqlite:///"):
-        with contextlib.closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as conn:
-            rows = conn.execute(sql, params).fetchall()
-            conn.commit()
-            return rows
-    with psycopg.connect(db_url, autocommit=True, connect_timeout=10) as conn:
-        cur = conn.execute(sql.replace("?", "%s"), params)
-        return list(cur.fetchall()) if cur.description else []
 
 
 def occurrences_in_db(db_url: str, name: str) -> list[tuple[str, int, str]]:

@@ -1,0 +1,17 @@
+--[[ Read-only: which of these ids have a finished record (succeeded, dead, cancelled) in the shard.
+A finished record stays until its status is committed to the DB; one a crashed owner left behind
+is how its successor learns the DB row is behind.
+Input:  KEYS[1] jobs; ARGV: ids
+Output: id, packed record, id, packed record, ...
+]]
+local FINISHED = {succeeded = true, dead = true, cancelled = true}
+local out = {}
+for _, id in ipairs(ARGV) do
+  local raw = redis.call('HGET', KEYS[1], id)
+  if raw and FINISHED[cmsgpack.unpack(raw).s] then
+    local n = #out
+    out[n + 1] = id
+    out[n + 2] = raw
+  end
+end
+return out

@@ -1,0 +1,51 @@
+"""A dispatcher that dies with status updates not yet written: its successor writes them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dispatcher.failpoints import CRASH_EXIT_CODE
+from tests.e2e.conftest import TEST_SETTINGS
+from tests.support.db import statuses
+from tests.support.processes import DispatcherProcess, WorkerProcess, read_ledger
+from tests.support.wait import wait_until
+from worker_sdk import Client
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+def test_finished_jobs_a_crashed_dispatcher_did_not_record_are_recorded_by_the_next(
+    start_dispatcher: Callable[..., DispatcherProcess],
+    start_worker: Callable[..., WorkerProcess],
+    ledger: Path,
+    redis_url: str,
+    db_url: str,
+    tmp_path: Path,
+) -> None:
+    """Jobs acked (finished in Redis) while the dispatcher dies before committing their status: the
+    rows still say ready. The next owner finds the finished records when it acquires the shard,
+    writes their status, and does not run them again."""
+    settings = {**TEST_SETTINGS, "dispatcher_id": "d1", "failpoints": "status.before-commit"}
+    doomed = DispatcherProcess(redis_url, db_url, tmp_path, **settings).start()
+    try:
+        with Client(doomed.target) as client:
+            ids = client.enqueue_many([{"type": "noop.rec", "payload": {"i": i}} for i in range(20)])
+        start_worker(doomed.target, types="noop.rec")
+        assert doomed.process is not None
+        assert doomed.process.wait(30) == CRASH_EXIT_CODE, doomed.log_tail()
+    finally:
+        doomed.kill()
+    ran_before = {e["job"] for e in read_ledger(ledger) if e["event"] == "end"}
+    assert ran_before, "nothing ran before the crash"
+    successor = start_dispatcher(redis_url, db_url, dispatcher_id="d1")
+    with Client(successor.target) as client:
+        # In the DB itself (GetJob would show what Redis says).
+        wait_until(lambda: set(statuses(db_url, sorted(ran_before)).values()) == {"succeeded"}, timeout=20)
+        start_worker(successor.target, types="noop.rec")
+        wait_until(lambda: set(statuses(db_url, ids).values()) == {"succeeded"}, timeout=20)
+        time.sleep(0.5)
+    runs = [e["job"] for e in read_ledger(ledger) if e["event"] == "start"]
+    assert sorted(runs) == sorted(set(runs)), "a finished job ran again"
