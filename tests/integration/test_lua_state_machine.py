@@ -118,6 +118,7 @@ class MJob:
     token: str = ""
     deadline: int = 0
     cancel: bool = False
+    dead_reason: str = ""  # kept in the record once dead
     ready_seq: int = 0  # its score in the ready zset (the shard's seq when it became ready)
     frozen: bytes | None = None  # the raw record, once seen terminal: it must never change again
 
@@ -137,6 +138,7 @@ class MJob:
             deadline_ms=self.deadline,
             idempotency_key=self.idem,
             cancel_requested=self.cancel,
+            dead_reason=self.dead_reason,
         )
 
 
@@ -255,6 +257,8 @@ class LuaStateMachine(RuleBasedStateMachine):
         j.state = outcome.state
         if outcome.state is DELAYED:
             j.run_at = got.run_at_ms
+        if outcome.state is DEAD:
+            j.dead_reason = expected.dead_reason
 
     def next_delayed(self) -> int:
         return min((j.run_at for j in self.in_state(DELAYED)), default=-1)
