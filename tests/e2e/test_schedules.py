@@ -21,7 +21,9 @@ from dispatcher.failpoints import CRASH_EXIT_CODE
 from dispatcher.ids import time_of
 from shardmap import shard_for
 from tests.e2e.conftest import TEST_SETTINGS
+from tests.e2e.test_operations import scrape
 from tests.support.db import query
+from tests.support.ports import free_port
 from tests.support.processes import DispatcherProcess, WorkerProcess, read_ledger
 from tests.support.wait import wait_until
 from worker_sdk import Client, InvalidArgumentError, NotFoundError, Schedule
@@ -423,3 +425,24 @@ def test_schedules_declared_in_a_file_are_upserted_at_start(
     broken = DispatcherProcess(redis_url, db_url, tmp_path, schedules_file=str(declared), shard_count=8)
     with pytest.raises(RuntimeError, match="bad cron expression"):
         broken.start()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_schedule_metrics_count_materialized_and_skipped(
+    start_dispatcher: Callable[..., DispatcherProcess], redis_url: str, db_url: str
+) -> None:
+    first = start_dispatcher(redis_url, db_url, dispatcher_id="d1")
+    with Client(first.target) as client:
+        client.upsert_schedule(every_second("metered", "noop.metered", catch_up="none"))
+    first.stop()
+    # A minute without any scheduler: 60 occurrences, the last 15 s of them within the misfire grace.
+    down_since = int(time.time() * 1000) - 60 * SECOND
+    query(db_url, "UPDATE schedules SET cursor_ms = ?, next_occurrence_ms = ?", (down_since, down_since + 1))
+    port = free_port()
+    start_dispatcher(redis_url, db_url, dispatcher_id="d1", metrics_listen=f"127.0.0.1:{port}")
+    wait_until(lambda: scrape(port).get("shardq_schedule_occurrences_skipped_total", 0) >= 40, timeout=20)
+    wait_until(
+        lambda: scrape(port).get("shardq_schedule_occurrences_materialized_total", 0) >= 15, timeout=20
+    )
+    skipped = scrape(port)["shardq_schedule_occurrences_skipped_total"]
+    assert 40 <= skipped <= 47, skipped  # 60 missed, minus the ~15 s of grace, give or take a tick
