@@ -13,7 +13,7 @@ import asyncio
 import structlog
 
 from . import metrics
-from .clock import now_ms
+from .clock import wall_ms
 from .records import JobRecord
 from .states import JobState, Priority
 from .status_writer import StatusWriter
@@ -57,7 +57,7 @@ class Reconciler:
                 missing = await self.working_set.missing(shard, ids)
                 if not missing:
                     continue
-                now = now_ms()
+                now = wall_ms()
                 rows = await self.store.get_jobs(missing)
                 jobs = [NewJob(r.id, record_from_row(r, now), r.payload) for r in rows]
                 for i in range(0, len(jobs), 500):

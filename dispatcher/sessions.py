@@ -12,7 +12,7 @@ import structlog
 from shardmap import shard_for
 
 from ._pb import shardq_pb2 as pb
-from .clock import now_ms
+from .clock import steady_ms, wall_ms
 from .errors import REDIS_DOWN, DispatcherError, NotOwner
 from .fairness import FairPicker
 from .states import Priority
@@ -147,10 +147,9 @@ class WorkerSession:
         epoch = self.app.ownership.epochs.get(shard)
         if epoch is None:
             return 0, picks  # moved away since the round began
-        now = now_ms()
         try:
             grants, unfilled = await self.app.working_set.lease(
-                shard, epoch, now, self.types_by_shard[shard], picks, fallback=fallback
+                shard, epoch, steady_ms(), self.types_by_shard[shard], picks, fallback=fallback
             )
         except NotOwner:
             await self.app.ownership.recover(shard, epoch)
@@ -166,6 +165,7 @@ class WorkerSession:
             await self.app.release_leases([(g.id, g.token, g.shard) for g in grants])
             return 0, []
         self.credit -= len(grants)
+        now = wall_ms()
         for g in grants:
             self.hold(g.id, g.token, g.shard)
             self.types_of[g.id] = g.type

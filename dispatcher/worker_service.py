@@ -13,7 +13,7 @@ import structlog
 from . import PROTOCOL_VERSION, validation
 from ._pb import shardq_pb2 as pb
 from ._pb import shardq_pb2_grpc as pb_grpc
-from .clock import now_ms
+from .clock import steady_ms, wall_ms
 from .errors import REDIS_DOWN, DispatcherError, InvalidArgument, Unavailable
 from .sessions import WorkerSession
 from .status_writer import transition_update
@@ -66,7 +66,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             self.app.background(cleanup)
             await asyncio.shield(cleanup)
 
-    async def _close(self, session: WorkerSession, reader: asyncio.Task[None], pump: asyncio.Task[None]) -> None:
+    async def _close(
+        self, session: WorkerSession, reader: asyncio.Task[None], pump: asyncio.Task[None]
+    ) -> None:
         # The pump is not cancelled but told to stop: cancelled mid-lease it would strand the leases
         # Redis just granted (full TTL, nobody holding them). Closed, it releases them itself.
         session.close()
@@ -149,7 +151,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         self, session: WorkerSession, refs: list[tuple[str, str, int]], *, reclaim: bool
     ) -> None:
         extended, rejected, cancels = [], [], []
-        now = now_ms()
+        now = steady_ms()  # a lease deadline
         for shard, group in _by_shard(refs).items():
             results = await self.app.working_set.extend(shard, now, [(i, t) for i, t, _ in group])
             for (job_id, token, _), deadline in zip(group, results, strict=True):
@@ -180,7 +182,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 session.log.warning("ack result over the limit dropped", job=job_id, size=len(result))
                 result = None
             items.append((job_id, token, shard, result))
-        now = now_ms()
+        now = wall_ms()
         for shard, group in _by_shard(items).items():
             results = await self.app.working_set.ack(shard, now, [(i, t) for i, t, *_ in group])
             for (job_id, token, _, result), t in zip(group, results, strict=True):
@@ -213,7 +215,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     validation.error_text(nack.error, MAX_ERROR_CHARS),
                 )
             )
-        now = now_ms()
+        now = wall_ms()
         for shard, group in _by_shard(items).items():
             results = await self.app.working_set.retry(
                 shard, now, [g[3] for g in group], self.app.settings.retry

@@ -239,9 +239,18 @@ class WorkingSet:
         return out
 
     async def reap(
-        self, shard: int, epoch: int, now: int, limit: int, policy: RetryPolicy
+        self,
+        shard: int,
+        epoch: int,
+        now: int,
+        limit: int,
+        policy: RetryPolicy,
+        *,
+        wall_now: int | None = None,
     ) -> tuple[list[Transition], int]:
-        """Expire overdue leases. Returns the transitions and the next deadline (-1: none)."""
+        """Expire leases whose deadline is before ``now`` (steady time); their retries are due after
+        backoff from ``wall_now`` (the run_at clock; default ``now``). Returns the transitions and the
+        next deadline (-1: none)."""
         k = ShardKeys(shard)
         r = await self.scripts.reap_leases(
             keys=[k.meta, k.jobs, k.payloads, k.leased, k.delayed, k.counts],
@@ -254,6 +263,7 @@ class WorkingSet:
                 policy.jitter,
                 int(policy.count_expirations),
                 random.random(),
+                now if wall_now is None else wall_now,
             ],
         )
         _check_owner(r, shard)
