@@ -53,7 +53,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         pump = asyncio.create_task(session.pump(), name=f"pump-{session.worker_id}")
         try:
             while True:
-                message = await session.outbox.get()
+                message = await session.next_message()
                 if message is None:
                     break
                 yield message
@@ -117,6 +117,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         shards = self.app.settings.shard_count
         try:
             async for message in requests:
+                await session.room()
+                if session.closed:
+                    break
                 kind = message.WhichOneof("msg")
                 if kind == "credit":
                     session.add_credit(message.credit.slots)
@@ -151,6 +154,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         self, session: WorkerSession, refs: list[tuple[str, str, int]], *, reclaim: bool
     ) -> None:
         extended, rejected, cancels = [], [], []
+        refs = list(dict.fromkeys(refs))  # a lease listed twice is extended (and answered) once
         now = steady_ms()  # a lease deadline
         for shard, group in _by_shard(refs).items():
             results = await self.app.working_set.extend(shard, now, [(i, t) for i, t, _ in group])
