@@ -179,3 +179,28 @@ def test_db_down_while_jobs_run(pg_cluster, start_dispatcher, redis_url, start_w
         assert (job.status, job.attempts, job.failures) == ("succeeded", 2, 1)
         assert count_jobs(pg_cluster.url) == len(ids)  # nothing from the refused enqueue
         print(f"{len(ids)} jobs ran {ran_within:.1f} s into the DB outage")
+
+
+def test_redis_down_while_jobs_run(start_dispatcher, private_redis, db_url, start_worker, ledger):
+    """Redis dies (SIGKILL) with jobs queued and running, and comes back empty: the DB restores every
+    job that had not finished (those in flight run again: at-least-once), and none is lost."""
+    proc = start_dispatcher(private_redis.url, db_url)
+    with Client(proc.target, timeout=60) as client:
+        ids = client.enqueue_many([{"type": "sleep_redisdown", "payload": {"sleep": 0.3}} for _ in range(40)])
+        start_worker(proc.target, types="sleep_redisdown", concurrency=4)
+        wait_until(lambda: sum(e["event"] == "end" for e in read_ledger(ledger)) >= 5, timeout=20)
+        private_redis.kill()
+        time.sleep(1.0)  # an outage, not a blip: the worker's acks and the loops meet a dead Redis
+        assert proc.ready(), "the dispatcher stopped answering while Redis was down"
+        private_redis.start()  # same port, no data
+
+        def unfinished() -> list[str]:
+            return [i for i in ids if db_status(db_url, i) != "succeeded"]
+
+        wait_until(lambda: not unfinished(), timeout=60, interval=0.5,
+                   message=lambda: f"{len(unfinished())} jobs never finished after Redis came back:\n"
+                                   f"{proc.log_tail(15)}")
+        ended = {e["job"] for e in read_ledger(ledger) if e["event"] == "end"}
+        assert ended == set(ids)
+        assert {client.get_job(i).status for i in ids} == {"succeeded"}
+        assert count_jobs(db_url) == len(ids)
