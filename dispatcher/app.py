@@ -12,7 +12,7 @@ import structlog
 
 from . import metrics, schedules_file
 from ._pb import shardq_pb2 as pb
-from .clock import now_ms
+from .clock import steady_ms, wall_ms
 from .config import Settings
 from .coordinator import Coordinator
 from .errors import REDIS_DOWN, ConfigError, InvalidArgument, NotOwner
@@ -183,7 +183,7 @@ class Dispatcher:
         outcome = await self.working_set.cancel(shard, job_id, job_type, Priority(priority))
         if outcome.code == 1:
             self.writer.record(
-                shard, transition_update(Transition(job_id, shard, JobState.CANCELLED), now_ms())
+                shard, transition_update(Transition(job_id, shard, JobState.CANCELLED), wall_ms())
             )
             await self.writer.flush()
             return "cancelled"
@@ -265,7 +265,7 @@ class Dispatcher:
         self._needs_reconcile.add(shard)
 
     def _on_expired(self, transitions: list[Transition]) -> None:
-        now = now_ms()
+        now = wall_ms()
         for t in transitions:
             log.info(
                 "lease expired",
@@ -300,7 +300,7 @@ class Dispatcher:
 
     def metrics_leased(self, grants: Sequence[Grant]) -> None:
         self.counters["leased"] += len(grants)
-        now = now_ms()
+        now = wall_ms()
         for g in grants:
             metrics.observe_lease(g.type, int(g.priority), g.enqueued_at_ms, g.run_at_ms, g.attempt, now)
 
@@ -329,7 +329,7 @@ class Dispatcher:
         session.log.info("worker disconnected", held=len(session.held))
 
     async def release_leases(self, refs: list[tuple[str, str, int]]) -> None:
-        until = now_ms() + self.settings.reconnect_grace_ms
+        until = steady_ms() + self.settings.reconnect_grace_ms
         by_shard: dict[int, list[tuple[str, str]]] = {}
         for job_id, token, shard in refs:
             by_shard.setdefault(shard, []).append((job_id, token))

@@ -25,7 +25,7 @@ import structlog
 
 from shardmap import fallback_owner
 
-from .clock import now_ms
+from .clock import steady_ms
 from .errors import REDIS_DOWN
 from .keys import ALIVE_KEY, ASSIGNMENT_KEY, DIRTY_KEY, MEMBERS_KEY
 from .wakeup import Wakeup, cancelling
@@ -109,13 +109,13 @@ class Coordinator:
     async def _heartbeat(self) -> None:
         async with self.app.redis.pipeline(transaction=False) as pipe:
             pipe.hset(MEMBERS_KEY, self.me, self.app.advertise)
-            pipe.zadd(ALIVE_KEY, {self.me: now_ms() + self.app.settings.ownership_ttl_ms})
+            pipe.zadd(ALIVE_KEY, {self.me: steady_ms() + self.app.settings.ownership_ttl_ms})
             await pipe.execute()
 
     async def refresh(self) -> ClusterView:
         shard_count = self.app.settings.shard_count
         async with self.app.redis.pipeline(transaction=False) as pipe:
-            pipe.zrangebyscore(ALIVE_KEY, now_ms(), "+inf")
+            pipe.zrangebyscore(ALIVE_KEY, steady_ms(), "+inf")
             pipe.hgetall(MEMBERS_KEY)
             pipe.hgetall(ASSIGNMENT_KEY)
             alive, known, assignment = await pipe.execute()
@@ -139,7 +139,7 @@ class Coordinator:
         if self._stopping:
             return
         ownership = self.app.ownership
-        now = now_ms()
+        now = steady_ms()
         to_release, to_acquire = [], []
         for shard in range(self.app.settings.shard_count):
             desired = self.desired_owner(shard)

@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from croniter.croniter import CroniterBadDateError, CroniterError
 
-from .clock import now_ms
+from .clock import wall_ms
 
 ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -94,7 +94,7 @@ class Cron:
     @classmethod
     def parse(cls, expression: str, zone_name: str = "UTC") -> Cron:
         cron = cls(normalize(expression), parse_zone(zone_name).key)
-        if cron.first_after(now_ms(), horizon_ms=NEVER_FIRES_YEARS * 366 * 86_400_000) is None:
+        if cron.first_after(wall_ms(), horizon_ms=NEVER_FIRES_YEARS * 366 * 86_400_000) is None:
             raise CronError(f"cron expression {expression[:60]!r} never fires")
         return cron
 

@@ -49,8 +49,8 @@ def cmd_enqueue(client: Client, args: argparse.Namespace) -> Any:
         raise UsageError("give --delay or --at, not both")
     options: dict[str, Any] = {"priority": args.priority}
     if args.delay is not None:
-        if args.delay < 0:
-            raise UsageError("--delay must not be negative")
+        if not args.delay >= 0:  # NaN too
+            raise UsageError("--delay must be a number of seconds, not negative")
         options["delay"] = args.delay
     if args.at is not None:
         options["run_at"] = _at_arg(args.at)
@@ -192,6 +192,8 @@ def cmd_shards(client: Client, args: argparse.Namespace) -> Any:
 
 
 def cmd_rebalance(client: Client, args: argparse.Namespace) -> Any:
+    if not args.wait >= 0:
+        raise UsageError("--wait must be a number of seconds, 0 or more")
     result = client.rebalance(dry_run=args.dry_run)
     rows = [(m.shard, m.source or "-", m.target, m.pending) for m in result.moves]
     moved = {m.shard: m.target for m in result.moves}

@@ -17,7 +17,7 @@ import structlog
 from shardmap import shard_for
 
 from . import metrics
-from .clock import now_ms
+from .clock import wall_ms
 from .errors import REDIS_DOWN, InvalidArgument, NotOwner, StoreUnavailable
 from .ids import new_job_id
 from .ownership import Ownership
@@ -175,7 +175,7 @@ class Ingestor:
             try:
                 for i in range(0, len(jobs), PUSH_CHUNK):
                     chunk = jobs[i : i + PUSH_CHUNK]
-                    placed = await self.working_set.enqueue(shard, epoch, now_ms(), chunk)
+                    placed = await self.working_set.enqueue(shard, epoch, wall_ms(), chunk)
                     self.on_pushed(shard, list(zip(chunk, placed, strict=True)))
                 return
             except NotOwner:

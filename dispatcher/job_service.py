@@ -15,7 +15,7 @@ from shardmap import shard_for
 from . import PROTOCOL_VERSION, __version__, validation
 from ._pb import shardq_pb2 as pb
 from ._pb import shardq_pb2_grpc as pb_grpc
-from .clock import now_ms
+from .clock import wall_ms
 from .errors import REDIS_DOWN, DispatcherError, InvalidArgument, NotFound
 from .reconciler import record_from_row
 from .states import JobState
@@ -66,7 +66,7 @@ class JobService(pb_grpc.JobServiceServicer):
 
     @rpc
     async def Enqueue(self, request: pb.EnqueueRequest, context: Any) -> pb.EnqueueResponse:
-        now = now_ms()
+        now = wall_ms()
         job = validation.job_spec(request.job, "job", self.settings, now)
         [(job_id, created)] = await self.app.ingest.enqueue([job], now)
         return pb.EnqueueResponse(job_id=job_id, created=created)
@@ -74,7 +74,7 @@ class JobService(pb_grpc.JobServiceServicer):
     @rpc
     async def EnqueueMany(self, request: pb.EnqueueManyRequest, context: Any) -> pb.EnqueueManyResponse:
         validation.batch_size(len(request.jobs), self.settings)
-        now = now_ms()
+        now = wall_ms()
         jobs = [
             validation.job_spec(spec, f"jobs[{i}]", self.settings, now) for i, spec in enumerate(request.jobs)
         ]
@@ -118,7 +118,7 @@ class JobService(pb_grpc.JobServiceServicer):
             queues[(job_type, prio)][state] += n
         for (job_type, prio), n in (await self.app.store.dead_counts()).items():
             queues[(job_type, prio)]["dead"] += n
-        now = now_ms()
+        now = wall_ms()
         out = []
         for (job_type, prio), c in sorted(queues.items()):
             oldest = 0
@@ -187,7 +187,7 @@ class JobService(pb_grpc.JobServiceServicer):
         return pb.RequeueDeadResponse(requeued=requeued)
 
     async def _requeue(self, rows: list[JobRow]) -> int:
-        now = now_ms()
+        now = wall_ms()
         by_shard: dict[int, list[JobRow]] = defaultdict(list)
         for r in rows:
             by_shard[r.shard].append(r)

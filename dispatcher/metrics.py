@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .clock import steady_ms, wall_ms
 from .keys import ALIVE_KEY, ShardKeys
 from .records import JobRecord
 from .states import Priority
@@ -174,7 +174,7 @@ class QueueCollector(Collector):
                     owned.add_metric([str(shard), (owner or b"").decode()], float(epoch))
             for (job_type, prio, state), value in sorted(totals.items()):
                 depth.add_metric([job_type, prio, state], value)
-            now = time.time() * 1000
+            now = wall_ms()
             for shard, job_type, prio in ready[:500]:
                 head = redis.zrange(ShardKeys(shard).ready(job_type, prio), 0, 0)
                 raw = redis.hget(ShardKeys(shard).jobs, head[0]) if head else None
@@ -182,7 +182,7 @@ class QueueCollector(Collector):
                     label = job_type if job_type in types else "other"
                     age = max(0.0, (now - JobRecord.unpack(raw).run_at_ms) / 1000)
                     oldest.add_metric([label, PRIORITY_NAMES.get(prio, str(prio))], age)
-            members.add_metric([], float(redis.zcount(ALIVE_KEY, now, "+inf")))
+            members.add_metric([], float(redis.zcount(ALIVE_KEY, steady_ms(), "+inf")))
         except Exception:  # Redis down: scrape what we have; the health check reports the outage
             self._client = None
         return [depth, oldest, owned, members]

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import structlog
 
-from .clock import now_ms
+from .clock import steady_ms
 from .errors import NotOwner
 from .store import Store
 from .working_set import WorkingSet
@@ -68,7 +68,7 @@ class Ownership:
     async def _take(self, shard: int) -> int | None:
         """Under the shard's lock: a new epoch from the DB, then the lease in Redis."""
         epoch = (await self.store.next_epochs([shard], self.owner_id))[shard]
-        now = now_ms()
+        now = steady_ms()
         try:
             result = await self.working_set.acquire(shard, epoch, self.owner_id, now, now + self.ttl_ms)
         except NotOwner:
@@ -97,7 +97,7 @@ class Ownership:
 
     async def renew(self) -> None:
         """Extend the leases of every owned shard; a shard whose epoch changed is lost."""
-        until = now_ms() + self.ttl_ms
+        until = steady_ms() + self.ttl_ms
         for shard, epoch in list(self.epochs.items()):
             if not await self.working_set.renew(shard, epoch, until):
                 await self.recover(shard, epoch)

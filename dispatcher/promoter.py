@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .clock import now_ms
+from .clock import wall_ms
 from .ownership import Ownership
 from .shard_loop import run_shard_loop
 from .wakeup import Wakeup
@@ -47,7 +47,7 @@ class Promoter:
     async def _step(self, epoch: int) -> float:
         self._looking = True
         try:
-            promotion = await self.working_set.promote(self.shard, epoch, now_ms(), BATCH)
+            promotion = await self.working_set.promote(self.shard, epoch, wall_ms(), BATCH)
         finally:
             self._looking = False
         if promotion.promoted:
@@ -56,5 +56,7 @@ class Promoter:
             if promotion.promoted >= BATCH:
                 return 0.0
         self._next_due = promotion.next_due
-        delay = IDLE_RECHECK_S if promotion.next_due < 0 else max(0.0, (promotion.next_due - now_ms()) / 1000)
+        if promotion.next_due < 0:
+            return IDLE_RECHECK_S
+        delay = max(0.0, (promotion.next_due - wall_ms()) / 1000)
         return min(delay, IDLE_RECHECK_S)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .clock import now_ms
+from .clock import steady_ms, wall_ms
 from .config import RetryPolicy
 from .ownership import Ownership
 from .shard_loop import run_shard_loop
@@ -39,11 +39,14 @@ class Reaper:
         await run_shard_loop("reaper", self.shard, self.ownership, self._wake, self._step)
 
     async def _step(self, epoch: int) -> float:
-        expired, next_deadline = await self.working_set.reap(self.shard, epoch, now_ms(), BATCH, self.policy)
+        # Deadlines are steady time; the retries they cause are due by the wall clock (run_at).
+        expired, next_deadline = await self.working_set.reap(
+            self.shard, epoch, steady_ms(), BATCH, self.policy, wall_now=wall_ms()
+        )
         if expired:
             self.expired_total += len(expired)
             self.on_transitions(expired)
             if len(expired) >= BATCH:
                 return 0.0
-        delay = MAX_SLEEP_S if next_deadline < 0 else max(0.0, (next_deadline - now_ms()) / 1000)
+        delay = MAX_SLEEP_S if next_deadline < 0 else max(0.0, (next_deadline - steady_ms()) / 1000)
         return min(delay, MAX_SLEEP_S)

@@ -16,7 +16,7 @@ import asyncio
 import structlog
 
 from . import metrics
-from .clock import now_ms
+from .clock import wall_ms
 from .records import JobRecord
 from .states import JobState, Priority
 from .status_writer import StatusWriter, transition_update
@@ -61,7 +61,7 @@ class Reconciler:
                 caught_up += self._catch_up(shard, await self.working_set.finished(shard, ids))
                 if not missing:
                     continue
-                now = now_ms()
+                now = wall_ms()
                 rows = await self.store.get_jobs(missing)
                 jobs = [NewJob(r.id, record_from_row(r, now), r.payload) for r in rows]
                 for i in range(0, len(jobs), 500):
@@ -77,7 +77,7 @@ class Reconciler:
     def _catch_up(self, shard: int, finished: list[tuple[str, JobRecord]]) -> int:
         """Record what Redis says of jobs it finished while their rows still say active; the status
         writer commits it and then lets Redis forget the records, as after any ack."""
-        now = now_ms()
+        now = wall_ms()
         for job_id, rec in finished:
             transition = Transition(
                 job_id,

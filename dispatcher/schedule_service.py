@@ -9,7 +9,7 @@ import structlog
 
 from ._pb import shardq_pb2 as pb
 from ._pb import shardq_pb2_grpc as pb_grpc
-from .clock import now_ms
+from .clock import wall_ms
 from .errors import InvalidArgument, NotFound
 from .job_service import rpc
 from .schedule_spec import log_change, schedule_name, to_pb
@@ -71,7 +71,7 @@ class ScheduleService(pb_grpc.ScheduleServiceServicer):
             raise InvalidArgument(f"count: at most {MAX_NEXT}")
         row = await self._get(request.name)
         cron = self.app.scheduler.cron_of(row)
-        found = cron.occurrences(now_ms(), now_ms() + 400 * 86_400_000, count)
+        found = cron.occurrences(wall_ms(), wall_ms() + 400 * 86_400_000, count)
         return pb.NextOccurrencesResponse(occurrences_ms=found, timezone=row.timezone)
 
     async def _get(self, name: str) -> ScheduleRow:

@@ -24,7 +24,7 @@ import structlog
 from . import failpoints, metrics
 from ._pb import shardq_pb2 as pb
 from .catch_up import CatchUp, plan_tick
-from .clock import now_ms
+from .clock import wall_ms
 from .cron import Cron
 from .errors import REDIS_DOWN, StoreUnavailable
 from .ids import occurrence_job_id
@@ -74,7 +74,7 @@ class Scheduler:
             return False
         for schedule in await self.app.store.schedules_to_clean(shards):
             await self._clean_up(schedule)
-        now = now_ms()
+        now = wall_ms()
         due = await self.app.store.due_schedules(shards, now + self.settings.schedule_lookahead_ms, DUE_BATCH)
         behind = len(due) >= DUE_BATCH
         for schedule in due:
@@ -87,7 +87,7 @@ class Scheduler:
         The owner of its shard applies it at its next tick (at once when that is this process)."""
         wanted, enabled = schedule_spec(spec, self.settings, field)
         if enabled is not False:  # a new schedule's first occurrence, which the owner looks for
-            wanted = replace(wanted, next_occurrence_ms=self.cron_of(wanted).first_after(now_ms()))
+            wanted = replace(wanted, next_occurrence_ms=self.cron_of(wanted).first_after(wall_ms()))
         row, created, changed = await self.app.store.upsert_schedule(wanted, enabled)
         if created or changed:
             self.wake.set()

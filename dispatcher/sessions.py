@@ -12,7 +12,7 @@ import structlog
 from shardmap import shard_for
 
 from ._pb import shardq_pb2 as pb
-from .clock import now_ms
+from .clock import steady_ms, wall_ms
 from .errors import REDIS_DOWN, DispatcherError, NotOwner
 from .fairness import FairPicker
 from .states import Priority
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("shardq.sessions")
 IDLE_RECHECK_S = 2.0  # re-poll even without a wake-up, for jobs made ready by other paths
+# Answers queued for a worker that is not reading its stream; past this its own messages wait unread.
+OUTBOX_LIMIT_BYTES = 4 << 20
 
 
 class WorkerSession:
@@ -41,6 +43,9 @@ class WorkerSession:
         self.held: dict[str, tuple[str, int]] = {}  # job id -> (token, shard)
         self.types_of: dict[str, str] = {}  # job id -> type, for the leases this stream handed out
         self.outbox: asyncio.Queue[pb.DispatcherMessage | None] = asyncio.Queue()
+        self._outbox_bytes = 0
+        self._room = asyncio.Event()  # set while the outbox is under OUTBOX_LIMIT_BYTES
+        self._room.set()
         self.wake = Wakeup()
         self.draining = False
         self.closed = False
@@ -55,11 +60,32 @@ class WorkerSession:
     def send(self, message: pb.DispatcherMessage) -> None:
         if not self.closed:
             self.outbox.put_nowait(message)
+            self._outbox_bytes += message.ByteSize()
+            if self._outbox_bytes > OUTBOX_LIMIT_BYTES:
+                self._room.clear()
+
+    async def next_message(self) -> pb.DispatcherMessage | None:
+        """The next message for the worker; None once the session is closed."""
+        message = await self.outbox.get()
+        if message is not None:
+            self._outbox_bytes -= message.ByteSize()
+            if self._outbox_bytes <= OUTBOX_LIMIT_BYTES:
+                self._room.set()
+        return message
+
+    async def room(self) -> None:
+        """Until the worker has read most of what was sent to it. Its stream's reader waits here
+        before taking the next message, so a worker that stops reading (while it keeps writing
+        heartbeats or acks, each answered) is slowed down by gRPC flow control instead of growing the
+        outbox without bound; its heartbeats stop counting and its leases lapse: alive means
+        listening. Leases, cancels and redirects are bounded by credit and held leases."""
+        await self._room.wait()
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
             self.outbox.put_nowait(None)
+            self._room.set()
             self.wake.set()
 
     def add_credit(self, slots: int) -> None:
@@ -147,10 +173,9 @@ class WorkerSession:
         epoch = self.app.ownership.epochs.get(shard)
         if epoch is None:
             return 0, picks  # moved away since the round began
-        now = now_ms()
         try:
             grants, unfilled = await self.app.working_set.lease(
-                shard, epoch, now, self.types_by_shard[shard], picks, fallback=fallback
+                shard, epoch, steady_ms(), self.types_by_shard[shard], picks, fallback=fallback
             )
         except NotOwner:
             await self.app.ownership.recover(shard, epoch)
@@ -166,6 +191,7 @@ class WorkerSession:
             await self.app.release_leases([(g.id, g.token, g.shard) for g in grants])
             return 0, []
         self.credit -= len(grants)
+        now = wall_ms()
         for g in grants:
             self.hold(g.id, g.token, g.shard)
             self.types_of[g.id] = g.type

@@ -8,6 +8,7 @@ import structlog
 
 from shardmap import balanced_plan, diff
 
+from . import validation
 from ._pb import shardq_pb2 as pb
 from ._pb import shardq_pb2_grpc as pb_grpc
 from .errors import InvalidArgument, NotOwner, Unavailable
@@ -83,6 +84,15 @@ class ShardService(pb_grpc.ShardServiceServicer):
             raise InvalidArgument(f"jobs: at most {MAX_PUSH}")
         if not self.app.ownership.owns(request.shard):
             raise NotOwner(f"shard {request.shard} is not owned here")
-        jobs = [NewJob(j.id, JobRecord.unpack(j.record), j.payload) for j in request.jobs]
+        jobs = [_pushed_job(j, f"jobs[{i}]") for i, j in enumerate(request.jobs)]
         await self.app.ingest.push(request.shard, jobs)
         return pb.PushJobsResponse()
+
+
+def _pushed_job(job: pb.PushedJob, field: str) -> NewJob:
+    validation.job_id(job.id, f"{field}.id")
+    try:
+        record = JobRecord.unpack(job.record)
+    except Exception as exc:  # msgpack errors, missing keys, bad values: not a record we wrote
+        raise InvalidArgument(f"{field}.record: not a job record ({type(exc).__name__})") from None
+    return NewJob(job.id, record, job.payload)

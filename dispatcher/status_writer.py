@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import structlog
 
 from . import failpoints
-from .clock import now_ms
+from .clock import steady_ms
 from .errors import StoreUnavailable
 from .store import Store, StoreUpdate
 from .wakeup import Wakeup, cancelling
@@ -58,7 +58,7 @@ class StatusWriter:
 
     def record(self, shard: int, update: StoreUpdate, *, defer_ms: int = 0) -> None:
         self._recorded += 1
-        not_before = now_ms() + defer_ms if defer_ms else 0
+        not_before = steady_ms() + defer_ms if defer_ms else 0
         old = self._pending.get(update.id)
         if old is None:
             self._pending[update.id] = _Entry(shard, update, self._recorded, not_before)
@@ -164,14 +164,14 @@ class StatusWriter:
             self._wake.clear()
             earliest = min((e.not_before for e in self._pending.values()), default=0)
             self._next_deferred = earliest
-            if self._pending and earliest <= now_ms():
+            if self._pending and earliest <= steady_ms():
                 return
-            timeout = (earliest - now_ms()) / 1000 if self._pending else None
+            timeout = (earliest - steady_ms()) / 1000 if self._pending else None
             await self._wake.wait(timeout)
             return
 
     def _take_due(self) -> dict[str, _Entry]:
-        now = now_ms()
+        now = steady_ms()
         due = {
             job_id: e
             for job_id, e in self._pending.items()

@@ -13,7 +13,7 @@ import structlog
 from . import PROTOCOL_VERSION, validation
 from ._pb import shardq_pb2 as pb
 from ._pb import shardq_pb2_grpc as pb_grpc
-from .clock import now_ms
+from .clock import steady_ms, wall_ms
 from .errors import REDIS_DOWN, DispatcherError, InvalidArgument, Unavailable
 from .sessions import WorkerSession
 from .status_writer import transition_update
@@ -53,7 +53,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         pump = asyncio.create_task(session.pump(), name=f"pump-{session.worker_id}")
         try:
             while True:
-                message = await session.outbox.get()
+                message = await session.next_message()
                 if message is None:
                     break
                 yield message
@@ -117,6 +117,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         shards = self.app.settings.shard_count
         try:
             async for message in requests:
+                await session.room()
+                if session.closed:
+                    break
                 kind = message.WhichOneof("msg")
                 if kind == "credit":
                     session.add_credit(message.credit.slots)
@@ -151,7 +154,8 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         self, session: WorkerSession, refs: list[tuple[str, str, int]], *, reclaim: bool
     ) -> None:
         extended, rejected, cancels = [], [], []
-        now = now_ms()
+        refs = list(dict.fromkeys(refs))  # a lease listed twice is extended (and answered) once
+        now = steady_ms()  # a lease deadline
         for shard, group in _by_shard(refs).items():
             results = await self.app.working_set.extend(shard, now, [(i, t) for i, t, _ in group])
             for (job_id, token, _), deadline in zip(group, results, strict=True):
@@ -182,7 +186,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 session.log.warning("ack result over the limit dropped", job=job_id, size=len(result))
                 result = None
             items.append((job_id, token, shard, result))
-        now = now_ms()
+        now = wall_ms()
         for shard, group in _by_shard(items).items():
             results = await self.app.working_set.ack(shard, now, [(i, t) for i, t, *_ in group])
             for (job_id, token, _, result), t in zip(group, results, strict=True):
@@ -215,7 +219,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     validation.error_text(nack.error, MAX_ERROR_CHARS),
                 )
             )
-        now = now_ms()
+        now = wall_ms()
         for shard, group in _by_shard(items).items():
             results = await self.app.working_set.retry(
                 shard, now, [g[3] for g in group], self.app.settings.retry

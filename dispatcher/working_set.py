@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,13 +148,25 @@ class WorkingSet:
         picks: Sequence[int],
         *,
         fallback: bool = True,
+        nonce: str | None = None,
     ) -> tuple[list[Grant], list[Priority]]:
-        """Lease one job per pick. Returns the grants and the picks left unfilled."""
+        """Lease one job per pick. Returns the grants and the picks left unfilled.
+
+        Tokens are ``epoch:serial:nonce``; the nonce (random unless a test fixes it) makes them
+        unguessable, since an ack with a valid token completes the job on any dispatcher."""
         k = ShardKeys(shard)
         keys = [k.meta, k.jobs, k.payloads, k.leased, k.counts, k.seq]
         keys += [k.ready(t, c) for c in Priority for t in job_types]
         result = await self.scripts.lease(
-            keys=keys, args=[epoch, now, len(job_types), "".join(str(int(c)) for c in picks), int(fallback)]
+            keys=keys,
+            args=[
+                epoch,
+                now,
+                len(job_types),
+                "".join(str(int(c)) for c in picks),
+                int(fallback),
+                secrets.token_hex(8) if nonce is None else nonce,
+            ],
         )
         _check_owner(result, shard)
         unfilled = [Priority(int(c)) for c in _s(result[-1])]
@@ -239,9 +252,18 @@ class WorkingSet:
         return out
 
     async def reap(
-        self, shard: int, epoch: int, now: int, limit: int, policy: RetryPolicy
+        self,
+        shard: int,
+        epoch: int,
+        now: int,
+        limit: int,
+        policy: RetryPolicy,
+        *,
+        wall_now: int | None = None,
     ) -> tuple[list[Transition], int]:
-        """Expire overdue leases. Returns the transitions and the next deadline (-1: none)."""
+        """Expire leases whose deadline is before ``now`` (steady time); their retries are due after
+        backoff from ``wall_now`` (the run_at clock; default ``now``). Returns the transitions and the
+        next deadline (-1: none)."""
         k = ShardKeys(shard)
         r = await self.scripts.reap_leases(
             keys=[k.meta, k.jobs, k.payloads, k.leased, k.delayed, k.counts],
@@ -254,6 +276,7 @@ class WorkingSet:
                 policy.jitter,
                 int(policy.count_expirations),
                 random.random(),
+                now if wall_now is None else wall_now,
             ],
         )
         _check_owner(r, shard)

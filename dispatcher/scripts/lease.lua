@@ -6,6 +6,7 @@ Input:
           lease, in the order the fairness policy chose, ARGV[5] fallback: '1' when a pick whose class is
           empty falls back to the highest non-empty class, '0' when it is left unfilled (the caller tries
           the worker's other shards first). Within a class the oldest ready job of the types goes first.
+  ARGV[6] nonce: random hex from the caller, the unguessable part of this call's tokens
 Output:
   -1 not owner
   otherwise a flat table, 12 entries per lease:
@@ -57,7 +58,9 @@ for p = 1, #picks do
     redis.call('ZREM', key, id)
     local rec = load_job(KEYS[2], id)
     if rec and rec.s == 'ready' then
-      local token = ARGV[1] .. ':' .. redis.call('INCR', KEYS[6])
+      -- epoch (unique after Redis loses data) : serial (unique in the shard) : nonce (unguessable, so
+      -- holding a token proves the lease was handed to you)
+      local token = ARGV[1] .. ':' .. redis.call('INCR', KEYS[6]) .. ':' .. ARGV[6]
       rec.a = (rec.a or 0) + 1
       rec.k = token
       rec.d = now + rec.l

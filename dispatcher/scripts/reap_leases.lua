@@ -2,7 +2,9 @@
 Input:
   KEYS[1] meta, KEYS[2] jobs, KEYS[3] payloads, KEYS[4] leased, KEYS[5] delayed, KEYS[6] counts
   ARGV[1] epoch, ARGV[2] now (ms), ARGV[3] limit, ARGV[4] base (ms), ARGV[5] cap (ms), ARGV[6] jitter,
-  ARGV[7] count expirations (1/0), ARGV[8] rand in [0, 1)
+  ARGV[7] count expirations (1/0), ARGV[8] rand in [0, 1), ARGV[9] wall now (ms, default ARGV[2]):
+  deadlines are compared with ARGV[2] (the dispatchers' steady clock), the retry's run_at is
+  ARGV[9] + backoff (run_at is wall time, like the delayed set's other scores)
 Output:
   -1 not owner
   otherwise {next deadline or -1, then per expired job 7 entries: id, outcome (1 delayed, 2 dead,
@@ -15,6 +17,7 @@ local now = tonumber(ARGV[2])
 local policy = {base = tonumber(ARGV[4]), cap = tonumber(ARGV[5]), jitter = tonumber(ARGV[6]),
                 count_expirations = ARGV[7] == '1'}
 local rand = tonumber(ARGV[8])
+local wall_now = tonumber(ARGV[9] or ARGV[2])
 local OUTCOME = {delayed = 1, dead = 2, cancelled = 3}
 local out = {-1}
 local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
@@ -24,7 +27,7 @@ for n, id in ipairs(ids) do
   if rec and rec.s == 'leased' then
     rec.x = (rec.x or 0) + 1
     local u = (rand + n * 0.6180339887) % 1
-    local state, run_at = retry_or_dead(rec, now, policy, 'lease_expired', -1, u)
+    local state, run_at = retry_or_dead(rec, wall_now, policy, 'lease_expired', -1, u)
     rec.k = nil
     rec.d = nil
     set_state(KEYS[6], rec, state)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from ..clock import now_ms
+from ..clock import wall_ms
 from ..errors import ConfigError
 from .schedules import ScheduleQueries
 
@@ -165,7 +165,7 @@ class Store(ScheduleQueries, abc.ABC):
                     continue
                 for statement in _statements((root / name).read_text()):
                     await tx.execute(statement)
-                await tx.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, now_ms()))
+                await tx.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, wall_ms()))
                 applied.append(name)
         return applied
 
@@ -193,7 +193,7 @@ class Store(ScheduleQueries, abc.ABC):
                     "INSERT INTO shards (shard, epoch, owner, updated_at) VALUES (?, 1, ?, ?) "
                     "ON CONFLICT (shard) DO UPDATE SET epoch = shards.epoch + 1, owner = excluded.owner, "
                     "updated_at = excluded.updated_at RETURNING epoch",
-                    (shard, owner, now_ms()),
+                    (shard, owner, wall_ms()),
                 )
                 out[shard] = int(rows[0][0])
         return out
@@ -241,7 +241,7 @@ class Store(ScheduleQueries, abc.ABC):
         return out
 
     async def apply_updates(self, updates: Iterable[StoreUpdate]) -> None:
-        now = now_ms()
+        now = wall_ms()
         async with self.transaction(durable=False) as tx:
             await tx.executemany(
                 _UPDATE,
@@ -322,7 +322,7 @@ class Store(ScheduleQueries, abc.ABC):
                     "UPDATE jobs SET status = 'delayed', run_at = ?, failures = 0, expirations = 0, "
                     "dead_reason = NULL, finished_at = NULL, updated_at = ? "
                     f"WHERE status = 'dead' AND id IN ({marks})",
-                    [run_at, now_ms(), *chunk],
+                    [run_at, wall_ms(), *chunk],
                 )
 
     async def purge_dead(self, where: DeadFilter) -> int:
@@ -337,7 +337,7 @@ class Store(ScheduleQueries, abc.ABC):
             await tx.execute(
                 "UPDATE jobs SET status = 'cancelled', finished_at = ?, updated_at = ? WHERE id = ? "
                 "AND status IN ('delayed', 'ready', 'leased')",
-                (now_ms(), now_ms(), job_id),
+                (wall_ms(), wall_ms(), job_id),
             )
 
     async def ping(self) -> None:

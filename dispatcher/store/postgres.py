@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..clock import now_ms
+from ..clock import wall_ms
 from ..errors import StoreUnavailable
 from .base import Store, StoreUpdate, Tx
 
@@ -97,7 +97,7 @@ class PostgresStore(Store):
         try:
             async with self.pool.connection() as conn, conn.transaction():
                 await conn.execute("SET LOCAL synchronous_commit = off")
-                await conn.execute(_UPDATE_MANY, [now_ms(), *columns])
+                await conn.execute(_UPDATE_MANY, [wall_ms(), *columns])
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise StoreUnavailable(f"database unavailable: {exc}") from exc
 

@@ -7,7 +7,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from ..clock import now_ms
+from ..clock import wall_ms
 
 if TYPE_CHECKING:
     from .base import JobRow, Tx
@@ -108,7 +108,7 @@ class ScheduleQueries:
         changed); an existing schedule exactly like `wanted` is left alone. A change starts a new
         version at this moment: occurrences are computed afresh from now, and the owner cancels
         those the older version materialized for later."""
-        now = now_ms()
+        now = wall_ms()
         async with self.transaction() as tx:
             current = await _select(tx, wanted.name, for_update=True)
             if current is None:
@@ -138,7 +138,7 @@ class ScheduleQueries:
             return row, current.deleted, True
 
     async def set_schedule_enabled(self, name: str, enabled: bool) -> ScheduleRow | None:
-        now = now_ms()
+        now = wall_ms()
         async with self.transaction() as tx:
             current = await _select(tx, name, for_update=True)
             if current is None or current.deleted:
@@ -151,7 +151,7 @@ class ScheduleQueries:
 
     async def delete_schedule(self, name: str) -> bool:
         """Mark it deleted; its owner cancels its future occurrences, then removes the row."""
-        now = now_ms()
+        now = wall_ms()
         async with self.transaction() as tx:
             current = await _select(tx, name, for_update=True)
             if current is None or current.deleted:
@@ -228,7 +228,7 @@ class ScheduleQueries:
     async def materialize(self, advance: Advance, rows: Sequence[JobRow], version: int) -> list[str] | None:
         """Move the cursor and insert the occurrences' jobs, all or nothing. Returns the ids inserted
         (an id that exists is not inserted again), or None when the schedule moved on meanwhile."""
-        now = now_ms()
+        now = wall_ms()
         async with self.transaction() as tx:
             moved = await tx.execute(
                 "UPDATE schedules SET cursor_ms = ?, last_occurrence_ms = COALESCE(?, last_occurrence_ms), "

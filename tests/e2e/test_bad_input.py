@@ -9,20 +9,19 @@ import os
 import queue
 import re
 import socket
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import grpc
-import psycopg
 import pytest
 import redis
 
 from dispatcher._pb import shardq_pb2 as pb
 from dispatcher._pb import shardq_pb2_grpc as pb_grpc
 from tests.support.processes import ROOT, read_ledger
+from tests.support.snapshots import count_jobs, db_digest, db_status, redis_digest
 from tests.support.wait import wait_until
 from worker_sdk import Client
 
@@ -32,33 +31,6 @@ CENTURY_MS = 100 * 365 * DAY_MS
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def count_jobs(db_url: str) -> int:
-    """Rows in the jobs table, read straight from the database (not through the dispatcher)."""
-    if db_url.startswith("sqlite:///"):
-        with contextlib.closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
-    with psycopg.connect(db_url, autocommit=True, connect_timeout=10) as conn:
-        row = conn.execute("SELECT COUNT(*) FROM jobs").fetchone()
-        assert row is not None
-        return int(row[0])
-
-
-def db_status(db_url: str, job_id: str) -> str | None:
-    """The job's status column, read straight from the database."""
-    if db_url.startswith("sqlite:///"):
-        with contextlib.closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as conn:
-            row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
-    else:
-        with psycopg.connect(db_url, autocommit=True, connect_timeout=10) as conn:
-            row = conn.execute("SELECT status FROM jobs WHERE id = %s", (job_id,)).fetchone()
-    return None if row is None else str(row[0])
-
-
-def redis_dbsize(redis_url: str) -> int:
-    with redis.Redis.from_url(redis_url) as r:
-        return int(r.dbsize())
 
 
 def spec(job_type: str = "noop", **fields: Any) -> pb.JobSpec:
@@ -163,6 +135,98 @@ JOB_SERVICE_CASES: list[tuple[str, tuple[str, Any], tuple[str, ...]]] = [
         ("PurgeDead", pb.PurgeDeadRequest(filter=pb.DeadFilter(reason=99))),
         ("filter.reason",),
     ),
+    # Ends of the integer ranges, and fields not covered above.
+    ("Enqueue without a job", ("Enqueue", pb.EnqueueRequest()), ("type",)),
+    ("unknown priority 4", enqueue(priority=4), ("priority",)),
+    ("max_attempts 2^32 - 1", enqueue(max_attempts=2**32 - 1), ("max_attempts",)),
+    ("lease_ttl_ms 2^32 - 1", enqueue(lease_ttl_ms=2**32 - 1), ("lease_ttl_ms",)),
+    ("delay_ms 2^63 - 1", enqueue(delay_ms=2**63 - 1), ("delay",)),
+    ("delay_ms -2^63", enqueue(delay_ms=-(2**63)), ("delay",)),
+    ("run_at_ms 2^63 - 1", enqueue(run_at_ms=2**63 - 1), ("run_at",)),
+    ("idempotency key with a newline", enqueue(idempotency_key="a\nb"), ("idempotency_key",)),
+    ("GetJob with a non-ASCII id", ("GetJob", pb.GetJobRequest(job_id="j\u00f6b")), ("job_id",)),
+    (
+        "ListDead with a 201-character type filter",
+        ("ListDead", pb.ListDeadRequest(filter=pb.DeadFilter(type="a" * 201))),
+        ("filter.type",),
+    ),
+    (
+        "ListDead with a control character in after_id",
+        ("ListDead", pb.ListDeadRequest(after_id="a\x01b")),
+        ("after_id",),
+    ),
+    (
+        "RequeueDead with a 65-character id",
+        ("RequeueDead", pb.RequeueDeadRequest(job_ids=["ok", "a" * 65])),
+        ("job_ids[1]",),
+    ),
+    (
+        "RequeueDead all with a bad type filter",
+        ("RequeueDead", pb.RequeueDeadRequest(all=True, filter=pb.DeadFilter(type="bad type"))),
+        ("filter.type",),
+    ),
+]
+
+# The catalogue: per RPC ("Service/Method"), its bad requests as (description, request, fragments
+# the error details must contain). Every case must get INVALID_ARGUMENT, change nothing in Redis or
+# the DB, and leave the dispatcher answering. An RPC added later is one more entry.
+CATALOGUE: dict[str, list[tuple[str, Any, tuple[str, ...]]]] = {}
+for _description, (_method, _request), _fields in JOB_SERVICE_CASES:
+    CATALOGUE.setdefault(f"JobService/{_method}", []).append((_description, _request, _fields))
+CATALOGUE["ShardService/PushJobs"] = [
+    ("shard 9999", pb.PushJobsRequest(shard=9999, jobs=[pb.PushedJob(id="x")]), ("shard",)),
+    (
+        "a job with an empty id",
+        pb.PushJobsRequest(shard=0, jobs=[pb.PushedJob(id="", record=b"")]),
+        ("jobs[0].id",),
+    ),
+    (
+        "a record that is not msgpack",
+        pb.PushJobsRequest(shard=0, jobs=[pb.PushedJob(id="x", record=b"\x93garbage")]),
+        ("jobs[0].record",),
+    ),
+    (
+        "a record missing its fields",
+        pb.PushJobsRequest(shard=0, jobs=[pb.PushedJob(id="x", record=b"\x80")]),
+        ("jobs[0].record",),
+    ),
+]
+
+# Bytes no client library would send, to a method path: a field of the wrong wire type (it is an
+# unknown field to protobuf, so the real one is empty), bad UTF-8 in a string, a truncated message,
+# noise. Undecodable requests are refused by grpc itself before the dispatcher sees them, with
+# UNKNOWN and the protobuf parse error as details.
+RAW_CASES: list[tuple[str, str, bytes, grpc.StatusCode, str]] = [
+    (
+        "Enqueue: job.type sent as a varint",
+        "JobService/Enqueue",
+        b"\x0a\x02\x08\x05",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "type",
+    ),
+    (
+        "Enqueue: job.type is not UTF-8",
+        "JobService/Enqueue",
+        b"\x0a\x04\x0a\x02\xff\xfe",
+        grpc.StatusCode.UNKNOWN,
+        "UTF-8",
+    ),
+    ("Enqueue: truncated", "JobService/Enqueue", b"\x0a\x10\x0a", grpc.StatusCode.UNKNOWN, "corrupt"),
+    (
+        "GetJob: 256 bytes of noise",
+        "JobService/GetJob",
+        bytes(range(256)),
+        grpc.StatusCode.UNKNOWN,
+        "parsing",
+    ),
+    (
+        "EnqueueMany: jobs sent as a varint",
+        "JobService/EnqueueMany",
+        b"\x08\x01",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "jobs",
+    ),
+    ("a method that does not exist", "JobService/DropEverything", b"", grpc.StatusCode.UNIMPLEMENTED, ""),
 ]
 
 
@@ -244,22 +308,52 @@ def stream_error(
 
 
 def test_job_service_rejects_bad_requests_and_writes_nothing(dispatcher, redis_url, db_url):
-    before = redis_dbsize(redis_url)
-    assert count_jobs(db_url) == 0
+    before_redis, before_db = redis_digest(redis_url), db_digest(db_url)
+    assert before_db[0] == 0
     failures = []
     with grpc.insecure_channel(dispatcher.target) as channel:
         stub = pb_grpc.JobServiceStub(channel)
-        for description, (method, request), fields in JOB_SERVICE_CASES:
+
+        def check_nothing_changed(description: str) -> None:
+            changed = redis_digest(redis_url).changed(before_redis)
+            if changed:
+                failures.append(f"{description}: changed Redis keys {changed}")
+            if db_digest(db_url) != before_db:
+                failures.append(f"{description}: changed the jobs table")
             try:
-                response = getattr(stub, method)(request, timeout=20)
+                stub.GetVersion(pb.GetVersionRequest(), timeout=10)
             except grpc.RpcError as exc:
-                code, details = exc.code(), exc.details() or ""
-                if code is not grpc.StatusCode.INVALID_ARGUMENT:
-                    failures.append(f"{description}: {code.name} ({details!r}), expected INVALID_ARGUMENT")
-                elif not all(f in details for f in fields):
-                    failures.append(f"{description}: details {details!r} do not name {fields}")
-            else:
-                failures.append(f"{description}: accepted ({type(response).__name__} {response})")
+                failures.append(f"{description}: the dispatcher stopped answering ({exc.code().name})")
+
+        for rpc_name, cases in CATALOGUE.items():
+            service, method = rpc_name.split("/")
+            rpc_stub = getattr(pb_grpc, f"{service}Stub")(channel)
+            for description, request, fields in cases:
+                label = f"{rpc_name} {description}"
+                try:
+                    response = getattr(rpc_stub, method)(request, timeout=20)
+                except grpc.RpcError as exc:
+                    code, details = exc.code(), exc.details() or ""
+                    if code is not grpc.StatusCode.INVALID_ARGUMENT:
+                        failures.append(f"{label}: {code.name} ({details!r}), expected INVALID_ARGUMENT")
+                    elif not all(f in details for f in fields):
+                        failures.append(f"{label}: details {details!r} do not name {fields}")
+                else:
+                    failures.append(f"{label}: accepted ({type(response).__name__} {response})")
+                check_nothing_changed(label)
+
+        for description, path, data, expected, fragment in RAW_CASES:
+            call = channel.unary_unary(f"/shardq.v1.{path}")  # bytes in, bytes out
+            try:
+                call(data, timeout=20)
+                failures.append(f"raw {description}: accepted")
+            except grpc.RpcError as exc:
+                if exc.code() is not expected or fragment not in (exc.details() or ""):
+                    failures.append(
+                        f"raw {description}: {exc.code().name} {exc.details()!r}, expected "
+                        f"{expected.name} with {fragment!r}"
+                    )
+            check_nothing_changed(f"raw {description}")
         assert not failures, "\n".join(failures)
 
         # Well-formed ids of jobs that do not exist: NOT_FOUND, not INVALID_ARGUMENT.
@@ -278,8 +372,8 @@ def test_job_service_rejects_bad_requests_and_writes_nothing(dispatcher, redis_u
         assert dispatcher.process is not None and dispatcher.process.poll() is None, dispatcher.log_tail()
 
         # Nothing changed: no Redis key, no row.
-        assert redis_dbsize(redis_url) == before
-        assert count_jobs(db_url) == 0
+        assert redis_digest(redis_url).changed(before_redis) == []
+        assert db_digest(db_url) == before_db
         with Client(dispatcher.target, timeout=10) as client:
             assert client.stats() == []
 
@@ -431,6 +525,7 @@ def test_worker_stream_bad_input(dispatcher, redis_url, start_worker, ledger):
             ),
         ]
         failures = []
+        before_redis = redis_digest(redis_url)
         for description, messages, field, received in cases:
             code, details, kinds = stream_error(channel, messages)
             if code is not grpc.StatusCode.INVALID_ARGUMENT or field not in details or kinds != received:
@@ -438,6 +533,8 @@ def test_worker_stream_bad_input(dispatcher, redis_url, start_worker, ledger):
                     f"{description}: {code.name} {details!r} after {kinds}; expected "
                     f"INVALID_ARGUMENT naming {field!r} after {received}"
                 )
+            if redis_digest(redis_url).changed(before_redis):
+                failures.append(f"{description}: changed Redis")
         assert not failures, "\n".join(failures)
 
         # Acks, nacks and heartbeats for a lease never issued: rejected; the job is untouched.
@@ -496,11 +593,29 @@ CLI_CASES: list[tuple[list[str], str]] = [
     (["job", "show", ""], r"job_id|\bid\b"),
     (["dlq", "requeue"], r"--all"),
     (["dlq", "list", "--reason", "nope"], r"--reason|nope"),
+    (["enqueue", "x", "--max-attempts", "1001"], r"max[-_]attempts"),
+    (["enqueue", "x", "--lease-ttl", "0"], r"lease[-_]ttl"),
+    (["enqueue", "x", "--delay", "nan"], r"--delay"),
+    (["enqueue", "x", "--key", "k" * 201], r"idempotency_key|--key"),
+    (["enqueue", "x", "--payload", "[1, 2"], r"--payload"),
+    (["job", "show", "a" * 65], r"job_id|\bid\b"),
+    (["job", "cancel", ""], r"job_id|\bid\b"),
+    (["job", "cancel", "ab\ncd"], r"job_id|\bid\b"),
+    (["job"], r"job|show|cancel"),
+    (["dlq", "list", "--type", "bad type"], r"type"),
+    (["dlq", "list", "--limit", "10001"], r"limit"),
+    (["dlq", "requeue", "abc", "--all"], r"--all"),
+    (["dlq", "requeue", "--all", "--type", "bad type"], r"type"),
+    (["dlq", "purge", "--reason", "nope"], r"--reason|nope"),
+    (["dlq", "purge", "--type", "bad type"], r"type"),
+    (["stats", "extra"], r"extra|unrecognized"),
+    (["rebalance", "--wait", "-1"], r"--wait"),
+    (["frobnicate"], r"frobnicate|invalid choice"),
 ]
 
 
 def test_dispatcherctl_bad_input(dispatcher, redis_url, db_url):
-    before = redis_dbsize(redis_url)
+    before_redis, before_db = redis_digest(redis_url), db_digest(db_url)
     env = {k: v for k, v in os.environ.items() if k != "SHARDQ_TARGET"}
     base = [sys.executable, "-m", "dispatcher.ctl", "--target", dispatcher.target, "--timeout", "20"]
     procs = [
@@ -531,6 +646,6 @@ def test_dispatcherctl_bad_input(dispatcher, redis_url, db_url):
                 f"dispatcherctl {' '.join(map(repr, args))}: {'; '.join(problems)}\n    stderr: {err!r}"
             )
     assert not failures, "\n".join(failures)
-    assert redis_dbsize(redis_url) == before
-    assert count_jobs(db_url) == 0
+    assert redis_digest(redis_url).changed(before_redis) == []
+    assert db_digest(db_url) == before_db
     assert dispatcher.ready()

@@ -1,11 +1,12 @@
-"""Dependencies failing under a running dispatcher: the DB (PostgreSQL refusing connections) and Redis
-(SIGKILLed, then back empty). Enqueues either fail cleanly with nothing half-written, or are accepted
-into the DB and run exactly once when the dependency returns."""
+"""Dependencies failing under a running dispatcher: the DB (PostgreSQL refusing connections, or a
+throwaway PostgreSQL server stopped outright) and Redis (SIGKILLed, then back empty). Enqueues either
+fail cleanly with nothing half-written, or are accepted into the DB and run exactly once when the
+dependency returns; jobs already queued keep running from Redis while the DB is down."""
 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
+import os
 import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -15,46 +16,13 @@ import pytest
 import redis
 from psycopg import sql
 
+from dispatcher.keys import ShardKeys
+from dispatcher.records import JobRecord
+from tests.support.pg_cluster import PgCluster, find_pg_bin
 from tests.support.processes import read_ledger
+from tests.support.snapshots import count_jobs, db_status, job_keys_in_redis
 from tests.support.wait import wait_until
 from worker_sdk import Client, UnavailableError
-
-
-def count_jobs(db_url: str, job_type: str | None = None) -> int:
-    """Rows in the jobs table (of one type), read straight from the database."""
-    query, params = "SELECT COUNT(*) FROM jobs", ()
-    if job_type is not None:
-        query, params = query + " WHERE type = ?", (job_type,)
-    if db_url.startswith("sqlite:///"):
-        with contextlib.closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as conn:
-            return int(conn.execute(query, params).fetchone()[0])
-    with psycopg.connect(db_url, autocommit=True, connect_timeout=10) as conn:
-        row = conn.execute(query.replace("?", "%s"), params).fetchone()
-        assert row is not None
-        return int(row[0])
-
-
-def job_keys_in_redis(redis_url: str) -> dict[str, int]:
-    """Per shard jobs/payloads hash, its number of entries (only the non-empty ones)."""
-    with redis.Redis.from_url(redis_url) as r:
-        out = {}
-        for pattern in ("shardq:*:jobs", "shardq:*:payloads"):
-            for key in r.scan_iter(match=pattern):
-                n = int(r.hlen(key))
-                if n:
-                    out[key.decode()] = n
-        return out
-
-
-def db_status(db_url: str, job_id: str) -> str | None:
-    """The job's status column, read straight from the database."""
-    if db_url.startswith("sqlite:///"):
-        with contextlib.closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as conn:
-            row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
-    else:
-        with psycopg.connect(db_url, autocommit=True, connect_timeout=10) as conn:
-            row = conn.execute("SELECT status FROM jobs WHERE id = %s", (job_id,)).fetchone()
-    return None if row is None else str(row[0])
 
 
 def starts_of(ledger, job_id: str) -> list[dict]:
@@ -152,3 +120,116 @@ def test_redis_down_during_enqueue(start_dispatcher, private_redis, db_url, star
         job = client.get_job(job_id)
         assert job.attempts == 1 and job.failures == 0 and job.expirations == 0
     assert proc.process is not None and proc.process.poll() is None
+
+
+@pytest.fixture
+def pg_cluster() -> Iterator[PgCluster]:
+    """A PostgreSQL server of this test's own, which it may stop (the shared server is never stopped)."""
+    bin_dir = find_pg_bin()
+    if bin_dir is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI needs the PostgreSQL server binaries for a throwaway cluster", pytrace=False)
+        pytest.skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin) for a throwaway cluster")
+    cluster = PgCluster(bin_dir)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+def redis_states(redis_url: str, shard_count: int, ids: list[str]) -> dict[str, str]:
+    """Job id -> its state in Redis (the working set), for the ids Redis holds a record of."""
+    out = {}
+    with redis.Redis.from_url(redis_url) as r:
+        for shard in range(shard_count):
+            for job_id, raw in zip(ids, r.hmget(ShardKeys(shard).jobs, ids), strict=True):
+                if raw:
+                    out[job_id] = str(JobRecord.unpack(raw).state)
+    return out
+
+
+def test_db_down_while_jobs_run(pg_cluster, start_dispatcher, redis_url, start_worker, ledger):
+    """The PostgreSQL server goes down (fast shutdown: connections cut, then no server at all) with
+    jobs queued and running: they keep being leased, retried, promoted and acked from Redis; enqueue
+    answers UNAVAILABLE; when the server is back, every job's row catches up and Redis lets go of the
+    finished records."""
+    proc = start_dispatcher(redis_url, pg_cluster.url)
+    with Client(proc.target, timeout=20) as client:
+        ids = client.enqueue_many(
+            [{"type": "sleep_dbdown", "payload": {"sleep": 0.3}} for _ in range(30)]
+            + [{"type": "flaky_dbdown", "payload": {"fail_times": 1}} for _ in range(5)]  # a retry each
+            + [{"type": "noop_dbdown", "delay": 3} for _ in range(5)]  # promoted during the outage
+        )
+        start_worker(proc.target, types="sleep_dbdown,flaky_dbdown,noop_dbdown", concurrency=4)
+        wait_until(lambda: any(e["event"] == "start" for e in read_ledger(ledger)), timeout=15)
+        pg_cluster.stop()
+        outage = time.monotonic()
+
+        def ended() -> set[str]:
+            return {e["job"] for e in read_ledger(ledger) if e["event"] == "end"}
+
+        wait_until(
+            lambda: ended() >= set(ids),
+            timeout=40,
+            interval=0.2,
+            message=lambda: (
+                f"{len(set(ids) - ended())} jobs did not run while the DB was down:\n{proc.log_tail(10)}"
+            ),
+        )
+        ran_within = time.monotonic() - outage
+        states = redis_states(redis_url, 8, ids)
+        assert set(states.values()) == {"succeeded"} and len(states) == len(ids), states
+        with pytest.raises(UnavailableError):
+            client.enqueue("noop_dbdown", {"during": "outage"})
+        assert proc.ready(), "the dispatcher stopped answering while the DB was down"
+        pg_cluster.start()
+
+        wait_until(
+            lambda: all(db_status(pg_cluster.url, i) == "succeeded" for i in ids),
+            timeout=40,
+            interval=0.5,
+            message=lambda: f"status did not catch up:\n{proc.log_tail(10)}",
+        )
+        wait_until(
+            lambda: job_keys_in_redis(redis_url) == {},
+            timeout=20,
+            message=lambda: f"finished records left in Redis: {job_keys_in_redis(redis_url)}",
+        )
+        runs = [e["job"] for e in read_ledger(ledger) if e["event"] == "start"]
+        flaky = set(ids[30:35])
+        assert {i: runs.count(i) for i in ids} == {i: 2 if i in flaky else 1 for i in ids}
+        job = client.get_job(ids[30])
+        assert (job.status, job.attempts, job.failures) == ("succeeded", 2, 1)
+        assert count_jobs(pg_cluster.url) == len(ids)  # nothing from the refused enqueue
+        print(f"{len(ids)} jobs ran {ran_within:.1f} s into the DB outage")
+
+
+def test_redis_down_while_jobs_run(start_dispatcher, private_redis, db_url, start_worker, ledger):
+    """Redis dies (SIGKILL) with jobs queued and running, and comes back empty: the DB restores every
+    job that had not finished (those in flight run again: at-least-once), and none is lost."""
+    proc = start_dispatcher(private_redis.url, db_url)
+    with Client(proc.target, timeout=60) as client:
+        ids = client.enqueue_many([{"type": "sleep_redisdown", "payload": {"sleep": 0.3}} for _ in range(40)])
+        start_worker(proc.target, types="sleep_redisdown", concurrency=4)
+        wait_until(lambda: sum(e["event"] == "end" for e in read_ledger(ledger)) >= 5, timeout=20)
+        private_redis.kill()
+        time.sleep(1.0)  # an outage, not a blip: the worker's acks and the loops meet a dead Redis
+        assert proc.ready(), "the dispatcher stopped answering while Redis was down"
+        private_redis.start()  # same port, no data
+
+        def unfinished() -> list[str]:
+            return [i for i in ids if db_status(db_url, i) != "succeeded"]
+
+        wait_until(
+            lambda: not unfinished(),
+            timeout=60,
+            interval=0.5,
+            message=lambda: (
+                f"{len(unfinished())} jobs never finished after Redis came back:\n{proc.log_tail(15)}"
+            ),
+        )
+        ended = {e["job"] for e in read_ledger(ledger) if e["event"] == "end"}
+        assert ended == set(ids)
+        assert {client.get_job(i).status for i in ids} == {"succeeded"}
+        assert count_jobs(db_url) == len(ids)

@@ -393,6 +393,7 @@ class LuaStateMachine(RuleBasedStateMachine):
         expected: list[Grant] = []
         unfilled: list[Priority] = []
         taken: set[str] = set()
+        nonce = f"{len(self.tokens):x}"  # the caller's random part of the tokens, fixed here to predict them
 
         def oldest(cls: int) -> MJob | None:
             ready = [
@@ -411,7 +412,7 @@ class LuaStateMachine(RuleBasedStateMachine):
                 continue
             taken.add(j.id)
             self.seq += 1
-            token = f"{self.epoch}:{self.seq}"
+            token = f"{self.epoch}:{self.seq}:{nonce}"
             j.state, j.token, j.deadline = LEASED, token, self.now + j.ttl
             j.attempts += 1
             expected.append(
@@ -432,7 +433,7 @@ class LuaStateMachine(RuleBasedStateMachine):
                 )
             )
         grants, left = self.run(
-            self.ws.lease(SHARD, self.epoch, self.now, job_types, picks, fallback=fallback)
+            self.ws.lease(SHARD, self.epoch, self.now, job_types, picks, fallback=fallback, nonce=nonce)
         )
         assert grants == expected
         assert left == unfilled, (picks, fallback, left, unfilled)

@@ -8,7 +8,7 @@ import asyncio
 from collections import Counter
 
 from dispatcher._pb import shardq_pb2 as pb
-from dispatcher.clock import now_ms
+from dispatcher.clock import wall_ms
 from dispatcher.config import Settings
 from dispatcher.keys import ShardKeys
 from dispatcher.scheduler import Scheduler
@@ -51,7 +51,7 @@ async def test_racing_scheduler_loops_create_each_occurrence_once(redis_url: str
             assert times and max(times.values()) == 1, f"race-{i}: an occurrence twice"
             ordered = sorted(times)
             assert ordered == list(range(ordered[0], ordered[-1] + 1, 1000)), f"race-{i}: a gap"
-            assert ordered[-1] >= now_ms()  # the lookahead materialized ahead
+            assert ordered[-1] >= wall_ms()  # the lookahead materialized ahead
             shard = shard_for(f"noop.race{i}", 8)
             in_redis = await app.redis.hlen(ShardKeys(shard).jobs)
             assert in_redis == len(rows), f"race-{i}: Redis holds {in_redis} jobs for {len(rows)} rows"

@@ -107,10 +107,10 @@ async def scenario(ws: WorkingSet, shard: int) -> list[tuple[str, Any]]:
     note("counts after promote", await ws.counts([shard]))
 
     now = T0 + 1_500
-    grants, unfilled = await ws.lease(shard, epoch, now, ["ta", "tb"], [0, 1, 2, 1, 0])
+    grants, unfilled = await ws.lease(shard, epoch, now, ["ta", "tb"], [0, 1, 2, 1, 0], nonce="n")
     note("lease", (grants, unfilled))
     note("lease stale", await expect_not_owner(ws.lease(shard, 7, now, ["ta"], [0])))
-    more, left = await ws.lease(shard, epoch, now, ["ta", "tb"], [2, 2, 2], fallback=False)
+    more, left = await ws.lease(shard, epoch, now, ["ta", "tb"], [2, 2, 2], fallback=False, nonce="n")
     note("lease no fallback", (more, left))
     refs = [(g.id, g.token) for g in grants]
     note("extend", await ws.extend(shard, now + 100, [*refs[:2], (f"{s}-ghost", "8:1")]))

@@ -29,11 +29,11 @@ def find_pg_bin() -> str | None:
 
 
 class PgCluster:
-    def __init__(self) -> None:
-        bin_dir = find_pg_bin()
+    def __init__(self, bin_dir: str | os.PathLike[str] | None = None) -> None:
+        bin_dir = bin_dir or find_pg_bin()
         if bin_dir is None:
             raise RuntimeError("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
-        self.bin = bin_dir
+        self.bin = str(bin_dir)
         self.root = Path(tempfile.mkdtemp(prefix="shardq-pg-"))
         self.data = self.root / "data"
         self.port = free_port()
@@ -95,7 +95,8 @@ class PgCluster:
                 time.sleep(0.1)
 
     def stop(self, mode: str = "fast") -> None:
-        """mode: "fast" (disconnects clients, clean shutdown) or "immediate" (like a crash)."""
+        """``fast``: open connections are cut and the server shuts down (committed work kept);
+        ``immediate``: a crash, which loses commits made with synchronous_commit off."""
         self._run(
             f"{self.bin}/pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop", check=False
         )
