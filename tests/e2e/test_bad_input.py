@@ -192,6 +192,48 @@ CATALOGUE["ShardService/PushJobs"] = [
     ),
 ]
 
+
+def schedule(**fields: Any) -> pb.UpsertScheduleRequest:
+    base: dict[str, Any] = {"name": "nightly", "cron": "30 2 * * *", "type": "noop"}
+    return pb.UpsertScheduleRequest(schedule=pb.ScheduleSpec(**{**base, **fields}))
+
+
+CATALOGUE["ScheduleService/UpsertSchedule"] = [
+    ("no spec", pb.UpsertScheduleRequest(), ("schedule.name",)),
+    ("an empty name", schedule(name=""), ("schedule.name",)),
+    ("a name with spaces", schedule(name="bad name"), ("schedule.name",)),
+    ("a name of 201 characters", schedule(name="n" * 201), ("schedule.name",)),
+    ("an empty cron", schedule(cron=""), ("schedule.cron", "empty")),
+    ("minute 61", schedule(cron="61 * * * *"), ("schedule.cron", "61")),
+    ("three fields", schedule(cron="* * *"), ("schedule.cron", "3 fields")),
+    ("seven fields", schedule(cron="* * * * * * *"), ("schedule.cron", "7 fields")),
+    ("an unknown alias", schedule(cron="@sometimes"), ("schedule.cron", "@sometimes")),
+    ("a cron that never fires", schedule(cron="0 0 30 2 *"), ("schedule.cron", "never fires")),
+    ("the H extension", schedule(cron="H * * * *"), ("schedule.cron", "H and R")),
+    ("a cron of 300 characters", schedule(cron="1," * 150), ("schedule.cron",)),
+    ("an unknown zone", schedule(timezone="Mars/Olympus"), ("schedule.timezone", "Mars/Olympus")),
+    ("a path as zone", schedule(timezone="../../etc/passwd"), ("schedule.timezone",)),
+    ("max lag 0", schedule(max_lag_ms=0), ("schedule.max_lag_ms",)),
+    ("max lag negative", schedule(max_lag_ms=-5), ("schedule.max_lag_ms",)),
+    ("max lag of a year", schedule(max_lag_ms=365 * 86_400_000), ("schedule.max_lag_ms",)),
+    ("catch-up 99", schedule(catch_up=99), ("schedule.catch_up",)),
+    ("an empty type", schedule(type=""), ("schedule.type",)),
+    ("a bad type", schedule(type="bad type"), ("schedule.type",)),
+    ("priority 99", schedule(priority=99), ("schedule.priority",)),
+    ("max attempts 0", schedule(max_attempts=0), ("schedule.max_attempts",)),
+    ("lease TTL 1 ms", schedule(lease_ttl_ms=1), ("schedule.lease_ttl_ms",)),
+    ("a 2 MiB payload", schedule(payload=b"x" * (2 << 20)), ("schedule.payload",)),
+]
+for _method, _request in (
+    ("GetSchedule", pb.GetScheduleRequest(name="")),
+    ("PauseSchedule", pb.ScheduleNameRequest(name="")),
+    ("ResumeSchedule", pb.ScheduleNameRequest(name="bad name")),
+    ("DeleteSchedule", pb.ScheduleNameRequest(name="")),
+    ("NextOccurrences", pb.NextOccurrencesRequest(name="")),
+):
+    CATALOGUE[f"ScheduleService/{_method}"] = [("a bad name", _request, ("name",))]
+
+
 # Bytes no client library would send, to a method path: a field of the wrong wire type (it is an
 # unknown field to protobuf, so the real one is empty), bad UTF-8 in a string, a truncated message,
 # noise. Undecodable requests are refused by grpc itself before the dispatcher sees them, with
@@ -598,6 +640,17 @@ CLI_CASES: list[tuple[list[str], str]] = [
     (["enqueue", "x", "--delay", "nan"], r"--delay"),
     (["enqueue", "x", "--key", "k" * 201], r"idempotency_key|--key"),
     (["enqueue", "x", "--payload", "[1, 2"], r"--payload"),
+    (["schedule", "add", "s", "--type", "t", "--cron", "61 * * * *"], r"schedule\.cron"),
+    (
+        ["schedule", "add", "s", "--type", "t", "--cron", "* * * * *", "--tz", "No/Where"],
+        r"schedule\.timezone",
+    ),
+    (["schedule", "add", "s", "--type", "t", "--cron", "* * * * *", "--max-lag", "0"], r"max_lag"),
+    (["schedule", "add", "s", "--type", "t", "--cron", "* * * * *", "--max-lag", "soon"], r"--max-lag"),
+    (["schedule", "add", "s", "--type", "t", "--cron", "* * * * *", "--catch-up", "some"], r"--catch-up"),
+    (["schedule", "add", "bad name", "--type", "t", "--cron", "* * * * *"], r"schedule\.name"),
+    (["schedule", "show", ""], r"\bname\b"),
+    (["schedule", "next", "s", "--count", "0"], r"--count"),
     (["job", "show", "a" * 65], r"job_id|\bid\b"),
     (["job", "cancel", ""], r"job_id|\bid\b"),
     (["job", "cancel", "ab\ncd"], r"job_id|\bid\b"),

@@ -35,12 +35,14 @@ def db_status(db_url: str, job_id: str) -> str | None:
 
 
 def db_digest(db_url: str) -> tuple[int, str]:
-    """(rows, a digest of every row's id, status, counters and update time) of the jobs table."""
+    """(rows, a digest of every row's id, status, counters and update time) of the jobs table, and
+    of every schedule row."""
     rows = _db_rows(
         db_url,
         "SELECT id, status, attempts, failures, expirations, run_at, updated_at FROM jobs ORDER BY id",
     )
-    return len(rows), hashlib.sha256(repr(rows).encode()).hexdigest()
+    schedules = _db_rows(db_url, "SELECT * FROM schedules ORDER BY name")
+    return len(rows), hashlib.sha256(repr((rows, schedules)).encode()).hexdigest()
 
 
 def job_keys_in_redis(redis_url: str) -> dict[str, int]:
