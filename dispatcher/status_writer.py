@@ -27,6 +27,7 @@ from .wakeup import Wakeup, cancelling
 from .working_set import Grant, Transition, WorkingSet
 
 log = structlog.get_logger("shardq.status_writer")
+DISK_RECHECK_S = 0.2
 _TERMINAL = frozenset({"succeeded", "cancelled", "dead"})
 LEASE_WRITE_DELAY_MS = 1000
 
@@ -53,6 +54,7 @@ class StatusWriter:
         self._lock = asyncio.Lock()  # held while committing and forgetting
         self._task: asyncio.Task[None] | None = None
         self._unforgotten: dict[int, set[str]] = defaultdict(set)
+        self._awaiting_disk: list[tuple[int | None, dict[int, set[str]]]] = []
         self._next_deferred = 0  # the earliest deferred time the loop knows of (0: none)
         self.healthy = True
 
@@ -99,6 +101,11 @@ class StatusWriter:
             try:
                 async with self._lock:
                     await self._commit_once()
+                    for _ in range(10):  # let Redis forget what finished, once it is on disk
+                        if not self._awaiting_disk:
+                            break
+                        await asyncio.sleep(DISK_RECHECK_S)
+                        await self._forget()
                 return
             except StoreUnavailable as exc:
                 if cancelling():
@@ -199,9 +206,15 @@ class StatusWriter:
                         self._pending[job_id] = entry
                 raise
             self._committing = {}
+            finished: dict[int, set[str]] = defaultdict(set)
             for entry in batch.values():
                 if entry.update.status in _TERMINAL:
-                    self._unforgotten[entry.shard].add(entry.update.id)
+                    finished[entry.shard].add(entry.update.id)
+            if finished:
+                # Status commits are not durable (no fsync wait): Redis may forget a finished job
+                # only once the DB's log is on disk past its commit, or a DB crash could lose the
+                # only record that it finished (and it would run again).
+                self._awaiting_disk.append((await self._position(), finished))
         await self._forget()
         async with self._progress:
             self._progress.notify_all()
@@ -223,7 +236,33 @@ class StatusWriter:
         async with self._progress:
             self._progress.notify_all()
 
+    async def _position(self) -> int | None:
+        try:
+            return await self.store.write_position()
+        except StoreUnavailable:
+            return None  # asked again when it is time to forget
+
+    async def _on_disk(self) -> None:
+        """Move the finished jobs whose commits are on disk to the forget list."""
+        if not self._awaiting_disk:
+            return
+        try:
+            durable = await self.store.durable_position()
+        except StoreUnavailable:
+            durable = -1
+        waiting = []
+        for position, finished in self._awaiting_disk:
+            if position is not None and position <= durable:
+                for shard, ids in finished.items():
+                    self._unforgotten[shard] |= ids
+            else:
+                waiting.append((position if position is not None else await self._position(), finished))
+        self._awaiting_disk = waiting
+        if waiting:  # the log reaches the disk within a few hundred ms: look again then
+            asyncio.get_running_loop().call_later(DISK_RECHECK_S, self._wake.set)
+
     async def _forget(self) -> None:
+        await self._on_disk()
         for shard in list(self._unforgotten):
             ids = self._unforgotten.pop(shard)
             try:

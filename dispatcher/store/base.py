@@ -340,6 +340,16 @@ class Store(ScheduleQueries, abc.ABC):
                 (wall_ms(), wall_ms(), job_id),
             )
 
+    async def write_position(self) -> int:
+        """A position in the DB's log at or after every commit made so far (see durable_position)."""
+        return 0
+
+    async def durable_position(self) -> int:
+        """How far the DB's log is safely on disk: a commit at or before this survives a DB crash,
+        non-durable ones included. SQLite's are durable against a crash of the process, which is
+        what matters here: always everything."""
+        return 2**62
+
     async def ping(self) -> None:
         async with self.transaction() as tx:
             await tx.execute("SELECT 1")

@@ -101,6 +101,22 @@ class PostgresStore(Store):
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise StoreUnavailable(f"database unavailable: {exc}") from exc
 
+    async def write_position(self) -> int:
+        return await self._lsn("pg_current_wal_insert_lsn()")
+
+    async def durable_position(self) -> int:
+        return await self._lsn("pg_current_wal_flush_lsn()")
+
+    async def _lsn(self, function: str) -> int:
+        try:
+            async with self.pool.connection() as conn:
+                row = await (
+                    await conn.execute(f"SELECT pg_wal_lsn_diff({function}, '0/0')::bigint")
+                ).fetchone()
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        return int(row[0]) if row else 0
+
     async def close(self) -> None:
         await self.pool.close()
 

@@ -150,8 +150,8 @@ def redis_states(redis_url: str, shard_count: int, ids: list[str]) -> dict[str, 
 
 
 def test_db_down_while_jobs_run(pg_cluster, start_dispatcher, redis_url, start_worker, ledger):
-    """The PostgreSQL server goes down (fast shutdown: connections cut, then no server at all) with
-    jobs queued and running: they keep being leased, retried, promoted and acked from Redis; enqueue
+    """The PostgreSQL server crashes (immediate shutdown: commits not yet on disk are lost, as in a
+    real crash; status commits do not wait for the disk) with jobs queued and running: they keep being leased, retried, promoted and acked from Redis; enqueue
     answers UNAVAILABLE; when the server is back, every job's row catches up and Redis lets go of the
     finished records."""
     proc = start_dispatcher(redis_url, pg_cluster.url)
@@ -163,7 +163,7 @@ def test_db_down_while_jobs_run(pg_cluster, start_dispatcher, redis_url, start_w
         )
         start_worker(proc.target, types="sleep_dbdown,flaky_dbdown,noop_dbdown", concurrency=4)
         wait_until(lambda: any(e["event"] == "start" for e in read_ledger(ledger)), timeout=15)
-        pg_cluster.stop()
+        pg_cluster.stop("immediate")
         outage = time.monotonic()
 
         def ended() -> set[str]:
