@@ -23,6 +23,9 @@ def _run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
     )
     configure(settings.log_level, settings.log_format)
+    from .security import ServerSecurity
+
+    ServerSecurity.from_settings(settings)  # bad certificates or tokens: a clear error now, not per child
     import uvloop
 
     if settings.processes > 1:
