@@ -11,6 +11,8 @@ import asyncio
 import hashlib
 import os
 import pickle
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from dispatcher.tls import ChannelSecurity
 from shardmap import shard_for
 from tests.support.certs import CertificateAuthority
 from tests.support.processes import DispatcherProcess
+from tests.support.redis_cluster import ClusterNodeServer, cluster_port, find_redis_cli
 from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_for
 from worker_sdk import AsyncClient, Client, JobContext, ShardqError, serve
@@ -304,9 +307,10 @@ async def test_two_supervised_processes_hand_jobs_off_over_tls_with_auth(tmp_pat
     )
     try:
         proc.start()
-        view = await wait_for(
-            lambda: _settled(setup, proc.target), timeout=30, message="2 processes never settled"
-        )
+        # Settled, and the same for 2 s: each process re-reads the map every second, and one whose
+        # view is older than a move queues nothing for that shard (it flags it for the owner).
+        stable = _Stable(setup, proc.target, hold_s=2.0)
+        view = await wait_for(stable.check, timeout=30, message="2 processes never settled")
         members = {m.id: m.address for m in view.members}
         owner = {s.shard: s.owner for s in view.shards}
         (first, first_address), (second, _) = sorted(members.items())
@@ -403,6 +407,64 @@ def test_redis_with_a_password_and_over_tls_and_no_secret_in_the_logs(tmp_path):
         redis.stop()
 
 
+def test_a_redis_cluster_over_tls(tmp_path):
+    """rediss+cluster://: the seeds and every master are reached over TLS (the nodes tell TLS
+    clients their TLS ports); the cluster bus is TLS too."""
+    setup = Secured(tmp_path)
+    tls_args = (
+        "--tls-cert-file", str(setup.server.cert),
+        "--tls-key-file", str(setup.server.key),
+        "--tls-ca-cert-file", str(setup.ca.cert_path),
+        "--tls-auth-clients", "no",
+        "--tls-cluster", "yes",
+    )  # fmt: skip
+    nodes: list[ClusterNodeServer] = []
+    tls_ports: list[int] = []
+    try:
+        for _ in range(3):
+            # With --tls-cluster the bus listens 10000 above the TLS port: that pair must be free too.
+            taken = tls_ports + [n.port for n in nodes]
+            tls_ports.append(_cluster_port(taken))
+            node = ClusterNodeServer(
+                tmp_path / "cluster",
+                port=_cluster_port([*taken, tls_ports[-1]]),
+                extra_args=("--tls-port", str(tls_ports[-1]), *tls_args),
+            )
+            node.start()
+            nodes.append(node)
+        created = subprocess.run(
+            [find_redis_cli(nodes[0].binary), "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert created.returncode == 0, created.stdout + created.stderr
+        seeds = ",".join(f"127.0.0.1:{p}" for p in tls_ports)
+        url = f"rediss+cluster://{seeds}?ssl_ca_certs={setup.ca.cert_path}"
+        proc = DispatcherProcess(
+            url,
+            f"sqlite:///{tmp_path}/shardq.sqlite3",
+            tmp_path,
+            security=setup.security(ADMIN),
+            **setup.env(),
+        )
+        try:
+            proc.start(timeout=40)  # waits for cluster_state:ok through the dispatcher's own start
+            with setup.client(proc.target, ADMIN) as client:
+                ids = client.enqueue_many([{"type": f"billing.c{i}"} for i in range(8)])
+                assert {client.get_job(i).status for i in ids} == {"ready"}
+        finally:
+            proc.kill()
+        # The jobs are spread over the masters, each reached over TLS.
+        holding = 0
+        for node in nodes:
+            with node.client() as direct:
+                holding += direct.dbsize() > 0
+        assert holding >= 2
+    finally:
+        for node in nodes:
+            node.stop()
+
+
 def test_a_malformed_tokens_file_stops_the_start_with_a_clear_message(tmp_path, redis_url):
     bad = tmp_path / "tokens.txt"
     bad.write_text(f"{ADMIN} role=superuser\n")
@@ -432,6 +494,11 @@ class _PasswordRedis(RedisServer):
         return super().client(**kwargs)
 
 
+def _cluster_port(taken: list[int]) -> int:
+    """A free port P (and P + 10000, for the cluster bus) not among ``taken`` (chosen, not yet bound)."""
+    return next(p for p in iter(cluster_port, None) if p not in taken)
+
+
 def _free_port() -> int:
     from tests.support.ports import free_port
 
@@ -441,6 +508,24 @@ def _free_port() -> int:
 async def _finished(client: AsyncClient, job_id: str) -> Any:
     job = await client.get_job(job_id)
     return job if job.status == "succeeded" else None
+
+
+class _Stable:
+    """The shard map once it has been settled and unchanged for ``hold_s``."""
+
+    def __init__(self, setup: Secured, target: str, hold_s: float) -> None:
+        self.setup, self.target, self.hold_s = setup, target, hold_s
+        self.owners: dict[int, str] | None = None
+        self.since = 0.0
+
+    def check(self) -> pb.GetShardMapResponse | None:
+        view = _settled(self.setup, self.target)
+        owners = {s.shard: s.owner for s in view.shards} if view is not None else None
+        now = time.monotonic()
+        if owners is None or owners != self.owners:
+            self.owners, self.since = owners, now
+            return None
+        return view if now - self.since >= self.hold_s else None
 
 
 def _settled(setup: Secured, target: str) -> pb.GetShardMapResponse | None:
