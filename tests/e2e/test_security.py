@@ -12,6 +12,7 @@ import hashlib
 import os
 import pickle
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -218,6 +219,34 @@ def test_plaintext_and_untrusted_clients_cannot_talk_to_a_tls_port(secured, tmp_
         assert _code(wrong_name.version) is CODES.UNAVAILABLE
     with setup.client(proc.target, ADMIN, tls_server_name="localhost") as right_name:
         assert right_name.version().shard_count == SHARDS
+
+
+def test_dispatcherctl_takes_a_token_and_a_ca(secured):
+    setup, proc = secured
+
+    def ctl(*args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SHARDQ_")}
+        if token:
+            env["SHARDQ_TOKEN"] = token  # the env, not argv, for secrets
+        argv = [
+            sys.executable,
+            "-m",
+            "dispatcher.ctl",
+            "--target",
+            proc.target,
+            "--tls-ca",
+            str(setup.ca.cert_path),
+        ]
+        return subprocess.run(
+            [*argv, *args], env=env, capture_output=True, text=True, timeout=30, check=False
+        )
+
+    assert ctl("health").returncode == 0
+    denied = ctl("dlq", "list", token=PRODUCER)
+    assert denied.returncode == 1 and "permission denied" in denied.stderr, denied.stderr
+    assert ctl("dlq", "list", token=ADMIN).returncode == 0
+    missing = ctl("stats")
+    assert missing.returncode == 1 and "unauthenticated" in missing.stderr, missing.stderr
 
 
 async def test_a_job_round_trip_with_tls_and_auth_never_unpickles_the_payload(secured, tmp_path):
