@@ -28,13 +28,21 @@ from .sessions import SessionRegistry, WorkerSession
 from .states import JobState, Priority
 from .status_writer import LEASE_EXPIRED_ERROR, StatusWriter, transition_update
 from .store import Store
+from .tls import ChannelSecurity
 from .working_set import Grant, NewJob, Transition, WorkingSet
 
 log = structlog.get_logger("shardq.dispatcher")
 
 
 class Dispatcher:
-    def __init__(self, settings: Settings, redis: Any, store: Store, advertise: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        redis: Any,
+        store: Store,
+        advertise: str,
+        peers: ChannelSecurity | None = None,
+    ) -> None:
         self.settings = settings
         self.redis = redis
         self.store = store
@@ -51,7 +59,7 @@ class Dispatcher:
             self._on_lost,
         )
         self.coordinator = Coordinator(self)
-        self.peers = Peers()
+        self.peers = Peers(peers)
         self.reconciler = Reconciler(store, self.working_set, self.writer)
         self.sessions = SessionRegistry()
         self.ingest = Ingestor(
@@ -212,7 +220,9 @@ class Dispatcher:
                 jobs=[pb.PushedJob(id=j.id, record=j.record.pack(), payload=j.payload) for j in jobs],
             )
             try:
-                await self.peers.shard_service(address).PushJobs(request, timeout=5)
+                await self.peers.shard_service(address).PushJobs(
+                    request, timeout=5, metadata=self.peers.metadata
+                )
                 return
             except grpc.aio.AioRpcError as exc:
                 log.warning(

@@ -25,6 +25,9 @@ def _run(args: argparse.Namespace) -> int:
     )
     configure(settings.log_level, settings.log_format)
     schedules_file.check(settings)
+    from .security import ServerSecurity
+
+    ServerSecurity.from_settings(settings)  # bad certificates or tokens: a clear error now, not per child
     import uvloop
 
     if settings.processes > 1:

@@ -133,6 +133,27 @@ class Settings:
     schedule_misfire_grace_ms: int = 15_000
     #: SHARDQ_SCHEDULES_FILE: a TOML file of schedules upserted at start (deploys declare them).
     schedules_file: str | None = None
+    #: SHARDQ_HEALTH_LISTEN: a plaintext address serving grpc.health.v1 only, for probes that cannot
+    #: speak TLS (Kubernetes' grpc probes). Empty: health is served on the gRPC address only.
+    health_listen: str = ""
+    #: SHARDQ_TLS_CERT, SHARDQ_TLS_KEY: PEM certificate chain and key; set: every gRPC port is TLS.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: SHARDQ_TLS_CLIENT_CA: PEM CA bundle; set: clients must present a certificate it signed (mTLS).
+    tls_client_ca: str | None = None
+    #: SHARDQ_TLS_CA: the CA that signed the other dispatchers' certificates, for hand-offs between
+    #: them. Unset: the system roots.
+    tls_ca: str | None = None
+    #: SHARDQ_TLS_SERVER_NAME: the name checked in another dispatcher's certificate instead of the
+    #: host of its advertised address (a pod IP the certificate cannot name).
+    tls_server_name: str | None = None
+    #: SHARDQ_AUTH_TOKENS_FILE, or the same text in SHARDQ_AUTH_TOKENS: bearer tokens with roles (see
+    #: auth.py). Neither set: no authentication.
+    auth_tokens_file: str | None = None
+    auth_tokens: str | None = field(default=None, repr=False)
+    #: SHARDQ_PEER_TOKEN: the token dispatchers send each other (role peer). Unset with auth on: a
+    #: supervisor makes one for its own processes; separate pods need a shared one.
+    peer_token: str | None = field(default=None, repr=False)
     #: SHARDQ_LOG_LEVEL and SHARDQ_LOG_FORMAT (auto, json, console).
     log_level: str = "info"
     log_format: str = "auto"
@@ -157,6 +178,14 @@ class Settings:
             raise ConfigError(
                 "schedule lookahead must be in 0..3600000 ms and the misfire grace not negative"
             )
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("set both SHARDQ_TLS_CERT and SHARDQ_TLS_KEY (a certificate and its key)")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ConfigError("SHARDQ_TLS_CLIENT_CA (mutual TLS) needs SHARDQ_TLS_CERT and SHARDQ_TLS_KEY")
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.auth_tokens_file or self.auth_tokens)
 
     def advertised(self, port: int) -> str:
         """The address peers and workers should use, given the port actually bound."""
@@ -181,7 +210,7 @@ class Settings:
         simple = {f.name: f for f in fields(cls) if f.name not in ("retry", "fairness")}
         for name, f in simple.items():
             raw = env.get(f"SHARDQ_{name.upper()}")
-            if raw is None or (raw == "" and name != "metrics_listen"):
+            if raw is None or (raw == "" and name not in ("metrics_listen", "health_listen")):
                 continue
             kind = f.type if isinstance(f.type, str) else f.type.__name__
             try:

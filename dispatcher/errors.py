@@ -46,6 +46,18 @@ class NotOwner(DispatcherError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class Unauthenticated(DispatcherError):
+    """A valid bearer token is required (``authorization: Bearer <token>`` metadata)."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(DispatcherError):
+    """This token's role or job-type scope does not allow the call."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
 class ConfigError(DispatcherError):
     """The configuration is invalid."""
 

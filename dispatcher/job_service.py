@@ -12,7 +12,7 @@ import structlog
 
 from shardmap import shard_for
 
-from . import PROTOCOL_VERSION, __version__, validation
+from . import PROTOCOL_VERSION, __version__, auth, validation
 from ._pb import shardq_pb2 as pb
 from ._pb import shardq_pb2_grpc as pb_grpc
 from .clock import wall_ms
@@ -68,6 +68,7 @@ class JobService(pb_grpc.JobServiceServicer):
     async def Enqueue(self, request: pb.EnqueueRequest, context: Any) -> pb.EnqueueResponse:
         now = wall_ms()
         job = validation.job_spec(request.job, "job", self.settings, now)
+        auth.check_types([job.type], "job.type")
         [(job_id, created)] = await self.app.ingest.enqueue([job], now)
         return pb.EnqueueResponse(job_id=job_id, created=created)
 
@@ -78,6 +79,8 @@ class JobService(pb_grpc.JobServiceServicer):
         jobs = [
             validation.job_spec(spec, f"jobs[{i}]", self.settings, now) for i, spec in enumerate(request.jobs)
         ]
+        for i, job in enumerate(jobs):
+            auth.check_types([job.type], f"jobs[{i}].type")
         results = await self.app.ingest.enqueue(jobs, now)
         return pb.EnqueueManyResponse(job_ids=[r[0] for r in results], created=[r[1] for r in results])
 
@@ -89,6 +92,7 @@ class JobService(pb_grpc.JobServiceServicer):
         row = await self.app.store.get_job(job_id)
         if row is None:
             raise NotFound(f"no job {job_id}")
+        auth.check_types([row.type], "job_id")  # a producer reads the jobs of the types it may enqueue
         message = job_message(row)
         # Redis holds the live state; the row may lag it by the write-behind interval.
         record = await self.app.working_set.record(row.shard, job_id)
@@ -107,6 +111,7 @@ class JobService(pb_grpc.JobServiceServicer):
         row = await self.app.store.get_job(job_id)
         if row is None:
             raise NotFound(f"no job {job_id}")
+        auth.check_types([row.type], "job_id")
         status = await self.app.cancel(job_id, row.shard, row.type, row.priority, row.status)
         return pb.CancelJobResponse(status=_STATUS[status])
 
@@ -121,6 +126,8 @@ class JobService(pb_grpc.JobServiceServicer):
         now = wall_ms()
         out = []
         for (job_type, prio), c in sorted(queues.items()):
+            if not auth.may_use(job_type):  # a scoped producer sees its own queues only
+                continue
             oldest = 0
             if c["ready"]:
                 ready_at = await self.app.working_set.oldest_ready(

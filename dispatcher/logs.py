@@ -7,6 +7,21 @@ import sys
 
 import structlog
 
+from .redaction import SECRETS
+
+
+def redact_secrets(
+    logger: structlog.types.WrappedLogger, method: str, event: structlog.types.EventDict
+) -> structlog.types.EventDict:
+    """The last line of defence: no URL password, password option or known token reaches a log line,
+    whichever field (or formatted exception) carries it."""
+    for key, value in event.items():
+        if isinstance(value, str):
+            event[key] = SECRETS(value)
+        elif isinstance(value, (list, tuple)) and any(isinstance(v, str) for v in value):
+            event[key] = [SECRETS(v) if isinstance(v, str) else v for v in value]
+    return event
+
 
 def configure(level: str = "info", fmt: str = "auto") -> None:
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
@@ -21,6 +36,7 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            redact_secrets,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),

@@ -18,10 +18,11 @@ from .app import Dispatcher
 from .config import Settings
 from .embedded import EmbeddedRedis
 from .job_service import JobService
+from .redaction import redact
 from .schedule_service import ScheduleService
+from .security import ServerSecurity
 from .shard_service import ShardService
 from .store import open_store
-from .store.postgres import redact
 from .worker_service import WorkerService
 
 log = structlog.get_logger("shardq.server")
@@ -57,6 +58,8 @@ class RunningDispatcher:
 
 
 async def start_dispatcher(settings: Settings) -> RunningDispatcher:
+    # First: a missing certificate or a malformed tokens file stops the start before anything runs.
+    security = ServerSecurity.from_settings(settings)
     stack = AsyncExitStack()
     try:
         redis_url = settings.redis_url
@@ -72,20 +75,20 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
         log.info("using database", url=store.url_for_logs, embedded=settings.db_url is None)
         # SO_REUSEPORT only when a supervisor runs several processes on one shared address.
         options = [*GRPC_OPTIONS, ("grpc.so_reuseport", 1 if settings.shared_listen else 0)]
-        server = grpc.aio.server(options=options)
-        port = server.add_insecure_port(settings.listen)
+        server = grpc.aio.server(options=options, interceptors=security.interceptors())
+        port = security.bind(server, settings.listen)
         if port == 0:
             raise OSError(f"cannot listen on {settings.listen}")
         advertise = settings.advertised(port)
         own_port = int(advertise.rsplit(":", 1)[1])
         if own_port != port:  # a private address of this process, next to the shared one
             host = settings.listen.rsplit(":", 1)[0]
-            if server.add_insecure_port(f"{host}:{own_port}") == 0:
+            if security.bind(server, f"{host}:{own_port}") == 0:
                 raise OSError(f"cannot listen on {host}:{own_port}")
         # One server, or a Redis Cluster; connections named after this member.
         redis: Any = redis_client.connect(redis_url, client_name=settings.member_id(advertise))
         stack.push_async_callback(redis.aclose)
-        app = Dispatcher(settings, redis, store, advertise)
+        app = Dispatcher(settings, redis, store, advertise, security.peers)
         await app.start()
         pb_grpc.add_JobServiceServicer_to_server(JobService(app), server)
         pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(app), server)
@@ -94,16 +97,36 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         await server.start()
+        if settings.health_listen:
+            await _serve_plain_health(settings, health_servicer, stack)
+        if security.tokens is not None and not settings.peer_token:
+            log.warning(
+                "auth is on but SHARDQ_PEER_TOKEN is unset: other dispatchers will refuse this one's "
+                "hand-offs (their shards are then reconciled from the database, later)"
+            )
         if settings.metrics_listen:
             metrics.serve_metrics(settings.metrics_listen, redis_url, settings.shard_count)
             log.info("metrics", address=settings.metrics_listen)
         health_task = asyncio.create_task(_health_loop(app, health_servicer), name="health")
         stack.push_async_callback(_cancel, health_task)
-        log.info("listening", address=settings.listen, port=port, advertise=advertise)
+        log.info("listening", address=settings.listen, port=port, advertise=advertise, **security.describe())
         return RunningDispatcher(app, server, port, health_servicer, stack)
     except BaseException:
         await stack.aclose()
         raise
+
+
+async def _serve_plain_health(
+    settings: Settings, servicer: health.aio.HealthServicer, stack: AsyncExitStack
+) -> None:
+    """grpc.health.v1 alone on a plaintext port: it tells SERVING or NOT_SERVING and nothing else."""
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 1 if settings.shared_listen else 0)])
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    if server.add_insecure_port(settings.health_listen) == 0:
+        raise OSError(f"cannot listen on {settings.health_listen} (SHARDQ_HEALTH_LISTEN)")
+    await server.start()
+    stack.push_async_callback(server.stop, 1.0)
+    log.info("plaintext health endpoint", address=settings.health_listen)
 
 
 async def _health_loop(app: Dispatcher, servicer: health.aio.HealthServicer, every_s: float = 2.0) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -60,6 +61,11 @@ class Supervisor:
         self.id_prefix = settings.dispatcher_id or socket.gethostname()
         self.children = [Child(i, _free_port(self.host)) for i in range(settings.processes)]
         self.metrics_dir = tempfile.mkdtemp(prefix="shardq-metrics-")
+        # With auth on, the processes hand jobs to each other with a peer token: a random one shared by
+        # this supervisor's children unless one is configured (separate pods need a configured one).
+        self.peer_token = settings.peer_token
+        if settings.auth_enabled and not self.peer_token:
+            self.peer_token = secrets.token_urlsafe(32)
         self._stopping = asyncio.Event()
 
     def _env(self, child: Child, redis_url: str) -> dict[str, str]:
@@ -79,6 +85,8 @@ class Supervisor:
         )
         if self.settings.db_url:
             env["SHARDQ_DB_URL"] = self.settings.db_url
+        if self.peer_token:
+            env["SHARDQ_PEER_TOKEN"] = self.peer_token
         return env
 
     async def run(self) -> int:

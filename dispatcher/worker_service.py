@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import structlog
 
-from . import PROTOCOL_VERSION, validation
+from . import PROTOCOL_VERSION, auth, validation
 from ._pb import shardq_pb2 as pb
 from ._pb import shardq_pb2_grpc as pb_grpc
 from .clock import steady_ms, wall_ms
@@ -89,6 +89,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         if not hello.job_types:
             raise InvalidArgument("hello.job_types: a worker must declare at least one job type")
         types = sorted({validation.job_type(t, "hello.job_types[]") for t in hello.job_types})
+        auth.check_types(types, "hello.job_types")
         if not 1 <= hello.concurrency <= MAX_CONCURRENCY:
             raise InvalidArgument(f"hello.concurrency: must be in 1..{MAX_CONCURRENCY}")
         refs = [

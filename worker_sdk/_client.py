@@ -10,6 +10,8 @@ import grpc
 
 from dispatcher._pb import shardq_pb2 as pb
 from dispatcher._pb import shardq_pb2_grpc as pb_grpc
+from dispatcher.errors import ConfigError
+from dispatcher.tls import ChannelSecurity
 
 from ._convert import STATUS_NAMES, JobInfo, QueueStats, dead_filter, job_spec
 from ._errors import from_rpc_error
@@ -26,6 +28,33 @@ def resolve_target(target: str | None) -> str:
     return target or os.environ.get("SHARDQ_TARGET") or DEFAULT_TARGET
 
 
+def resolve_security(
+    token: str | None = None,
+    tls: bool | None = None,
+    tls_ca: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_server_name: str | None = None,
+) -> ChannelSecurity:
+    """How to reach the dispatcher; each option falls back to the environment when not given.
+
+    ``token`` (SHARDQ_TOKEN) is sent as ``authorization: Bearer <token>`` on every call. ``tls``
+    (SHARDQ_TLS=1) turns TLS on, checking the server against the system roots or ``tls_ca``
+    (SHARDQ_TLS_CA, a PEM file; giving one turns TLS on). ``tls_cert``/``tls_key``
+    (SHARDQ_TLS_CLIENT_CERT/_KEY) are a client certificate for dispatchers that require mutual TLS.
+    ``tls_server_name`` (SHARDQ_TLS_SERVER_NAME) is the name to check in the server's certificate
+    instead of the target's host. A token on a plaintext channel can be read off the network: use
+    TLS beyond loopback.
+    """
+    try:
+        return ChannelSecurity.resolve(
+            token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+            tls_server_name=tls_server_name,
+        )  # fmt: skip
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _specs(jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[pb.JobSpec]:
     out = []
     for job in jobs:
@@ -38,19 +67,25 @@ def _specs(jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[pb.JobSpec]:
 
 
 class Client:
-    """Blocking client. ``enqueue`` returns once the job is committed to the dispatcher's database."""
+    """Blocking client. ``enqueue`` returns once the job is committed to the dispatcher's database.
 
-    def __init__(self, target: str | None = None, *, timeout: float = 30.0) -> None:
+    ``token``, ``tls``, ``tls_ca``, ``tls_cert``, ``tls_key``, ``tls_server_name``: see
+    :func:`resolve_security` (defaults from SHARDQ_TOKEN and SHARDQ_TLS*).
+    """
+
+    def __init__(self, target: str | None = None, *, timeout: float = 30.0, **security: Any) -> None:
         self.target = resolve_target(target)
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        self.security = resolve_security(**security)
+        self._metadata = self.security.metadata
+        self._channel = self.security.channel(self.target, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.JobServiceStub(self._channel)
         self._shards = pb_grpc.ShardServiceStub(self._channel)
         self._schedules = pb_grpc.ScheduleServiceStub(self._channel)
 
     def _call(self, method: str, request: Any, stub: Any = None) -> Any:
         try:
-            return getattr(stub or self._stub, method)(request, timeout=self.timeout)
+            return getattr(stub or self._stub, method)(request, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
@@ -157,18 +192,22 @@ class Client:
 
 
 class AsyncClient:
-    """asyncio client with the same methods as ``Client``, awaited."""
+    """asyncio client with the same methods and options as ``Client``, awaited."""
 
-    def __init__(self, target: str | None = None, *, timeout: float = 30.0) -> None:
+    def __init__(self, target: str | None = None, *, timeout: float = 30.0, **security: Any) -> None:
         self.target = resolve_target(target)
         self.timeout = timeout
-        self._channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        self.security = resolve_security(**security)
+        self._metadata = self.security.metadata
+        self._channel = self.security.aio_channel(self.target, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.JobServiceStub(self._channel)
         self._schedules = pb_grpc.ScheduleServiceStub(self._channel)
 
     async def _call(self, method: str, request: Any, stub: Any = None) -> Any:
         try:
-            return await getattr(stub or self._stub, method)(request, timeout=self.timeout)
+            return await getattr(stub or self._stub, method)(
+                request, timeout=self.timeout, metadata=self._metadata
+            )
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 

@@ -24,15 +24,21 @@ from dispatcher._pb import shardq_pb2_grpc as pb_grpc
 from dispatcher.wakeup import Wakeup
 from shardmap import shard_for
 
-from ._client import CHANNEL_OPTIONS, resolve_target
+from ._client import CHANNEL_OPTIONS, resolve_security, resolve_target
 from ._context import JobContext, ms_to_datetime
 from ._convert import PRIORITY_NAMES
-from ._errors import Retry, SkipRetry
+from ._errors import Retry, ShardqError, SkipRetry
 
 Handler = Callable[[JobContext], Any] | Callable[[JobContext], Awaitable[Any]]
 log = structlog.get_logger("shardq.worker")
 MAX_RESULT_BYTES = 64 << 10
 MAX_ERROR_CHARS = 16_000
+# A dispatcher that answers these will answer them again: stop instead of reconnecting forever.
+_REFUSALS = (
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.PERMISSION_DENIED,
+)
 
 
 @dataclass
@@ -82,6 +88,14 @@ class Worker:
         job_timeout: seconds a handler may run before it is abandoned and the job retried (None: no limit).
         shutdown_grace: seconds in-flight jobs get to finish on shutdown; what is left is nacked (retryable).
         worker_id: stable id for this process, reused across reconnects so leases are reclaimed.
+        token, tls, tls_ca, tls_cert, tls_key, tls_server_name: how to reach the dispatchers, as for
+            :class:`Client` (defaults from SHARDQ_TOKEN and SHARDQ_TLS*). The same settings are used
+            for every dispatcher of the shard map, so with TLS their certificates must name their
+            advertised addresses or ``tls_server_name``.
+
+    A dispatcher that refuses the worker (a bad hello: INVALID_ARGUMENT; a missing or unknown token:
+    UNAUTHENTICATED; job types outside the token's scope: PERMISSION_DENIED) stops it: awaiting it
+    or ``run()`` raises that :class:`ShardqError`.
     """
 
     def __init__(
@@ -96,6 +110,7 @@ class Worker:
         max_reconnect_delay: float = 5.0,
         handle_signals: bool = True,
         map_refresh: float = 5.0,
+        **security: Any,
     ) -> None:
         if not handlers:
             raise ValueError("handlers must name at least one job type")
@@ -107,6 +122,10 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         self.handlers = dict(handlers)
         self.target = resolve_target(target)
+        self.security = resolve_security(**security)
+        self._metadata = self.security.metadata
+        #: Why a dispatcher refused this worker, when it did (serve_forever raises it).
+        self.refused: ShardqError | None = None
         self.concurrency = concurrency
         self.job_timeout = job_timeout
         self.shutdown_grace = shutdown_grace
@@ -183,6 +202,8 @@ class Worker:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._stopped.set()
             self.log.info("worker stopped", completed=self.completed)
+        if self.refused is not None:
+            raise self.refused
 
     # -- shutdown ------------------------------------------------------------------------------
 
@@ -225,8 +246,10 @@ class Worker:
 
     async def _owner_addresses(self) -> list[str]:
         try:
-            async with grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS) as channel:
-                view = await pb_grpc.ShardServiceStub(channel).GetShardMap(pb.GetShardMapRequest(), timeout=5)
+            async with self.security.aio_channel(self.target, options=CHANNEL_OPTIONS) as channel:
+                view = await pb_grpc.ShardServiceStub(channel).GetShardMap(
+                    pb.GetShardMapRequest(), timeout=5, metadata=self._metadata
+                )
         except (grpc.aio.AioRpcError, OSError) as exc:
             self.log.debug("shard map unavailable; using the target", error=str(exc))
             return list(self._links) or [self.target]
@@ -278,7 +301,7 @@ class Worker:
         delay = 0.1
         while not link.retired:
             try:
-                async with grpc.aio.insecure_channel(link.address, options=CHANNEL_OPTIONS) as channel:
+                async with self.security.aio_channel(link.address, options=CHANNEL_OPTIONS) as channel:
                     redirect = await self._session(link, pb_grpc.WorkerServiceStub(channel))
                 delay = 0.1
                 if redirect is not None:
@@ -286,8 +309,11 @@ class Worker:
                     await asyncio.sleep(0.05)
                     continue
             except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                    self.log.error("dispatcher rejected this worker", error=exc.details())
+                if exc.code() in _REFUSALS:
+                    self.log.error(
+                        "dispatcher refused this worker", code=exc.code().name, error=exc.details()
+                    )
+                    self.refused = ShardqError(exc.code(), exc.details() or "refused")
                     self._stopping.set()
                     return
                 self.log.warning(
@@ -317,7 +343,7 @@ class Worker:
 
     async def _session(self, link: _Link, stub: pb_grpc.WorkerServiceStub) -> str | None:
         """One stream; returns the redirect target ('' = the same) when the dispatcher sends us on."""
-        call = stub.Connect()
+        call = stub.Connect(metadata=self._metadata)
         held = self._held_by(link)
         await call.write(
             pb.WorkerMessage(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,6 +11,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..clock import wall_ms
 from ..errors import StoreUnavailable
+from ..redaction import redact
 from .base import Store, StoreUpdate, Tx
 
 # One statement for a whole batch of status updates (executemany would be a round trip per row);
@@ -119,8 +119,3 @@ class PostgresStore(Store):
 
     async def close(self) -> None:
         await self.pool.close()
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for logs (also for multi-host URLs such as Redis Cluster seeds)."""
-    return re.sub(r"^([a-z0-9+.-]+://[^:/@]*):[^@/]*@", r"\1:***@", url, flags=re.I)

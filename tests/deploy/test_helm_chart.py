@@ -472,6 +472,80 @@ def test_notes_explain_how_to_connect(helm: Helm) -> None:
     assert "9464" in notes and "/metrics" in notes
 
 
+SECURE: dict[str, Any] = _merge(
+    MINIMAL,
+    {
+        "tls": {"enabled": True, "existingSecret": "shardq-tls", "mutual": True},
+        "auth": {"enabled": True, "existingSecret": "shardq-auth"},
+        "worker": {
+            "enabled": True,
+            "image": {"repository": "my-worker"},
+            "tokenSecret": {"name": "worker-token"},
+            "clientCertSecret": "worker-cert",
+        },
+    },
+)
+
+
+def test_tls_and_auth_render_mounted_secrets_env_and_plaintext_probes(helm: Helm) -> None:
+    text, docs = helm.render(SECURE)
+    assert yamllint_errors(text) == []
+    assert validate_all(docs) == set()
+    assert not by_kind(docs, "Secret")  # the chart only refers to Secrets
+
+    cm = one(docs, "ConfigMap")
+    assert {k: v for k, v in cm["data"].items() if "TLS" in k or "AUTH" in k or "HEALTH" in k} == {
+        "SHARDQ_TLS_CERT": "/etc/shardq/tls/tls.crt",
+        "SHARDQ_TLS_KEY": "/etc/shardq/tls/tls.key",
+        "SHARDQ_TLS_CA": "/etc/shardq/tls/ca.crt",
+        "SHARDQ_TLS_CLIENT_CA": "/etc/shardq/tls/ca.crt",
+        "SHARDQ_TLS_SERVER_NAME": "shardq.queues.svc",
+        "SHARDQ_HEALTH_LISTEN": "0.0.0.0:7071",
+        "SHARDQ_AUTH_TOKENS_FILE": "/etc/shardq/auth/tokens",
+    }
+    dep = one(docs, "Deployment", "dispatcher")
+    c = container(dep, "dispatcher")
+    assert_hardened(dep, "dispatcher")
+    assert env_of(c)["SHARDQ_PEER_TOKEN"]["valueFrom"] == {
+        "secretKeyRef": {"name": "shardq-auth", "key": "peer-token"}
+    }
+    # The kubelet cannot probe over TLS: the probes use the plaintext health-only port.
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["grpc"] == {"port": 7071, "service": ""}, probe
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {
+        "grpc": 7070,
+        "metrics": 9464,
+        "health": 7071,
+    }
+    svc = one(docs, "Service")
+    assert "health" not in {p["name"] for p in svc["spec"]["ports"]}
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[mounts["/etc/shardq/tls"]]["secret"]["secretName"] == "shardq-tls"
+    auth_volume = volumes[mounts["/etc/shardq/auth"]]["secret"]
+    assert auth_volume["secretName"] == "shardq-auth"
+    assert auth_volume["items"] == [{"key": "tokens", "path": "tokens"}]  # not the peer token
+
+    worker = one(docs, "Deployment", "worker")
+    wc = container(worker, "worker")
+    wenv = env_of(wc)
+    assert wenv["SHARDQ_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "worker-token", "key": "token"}}
+    assert wenv["SHARDQ_TLS_CA"]["value"] == "/etc/shardq/tls/ca.crt"
+    assert wenv["SHARDQ_TLS_SERVER_NAME"]["value"] == "shardq.queues.svc"
+    assert wenv["SHARDQ_TLS_CLIENT_CERT"]["value"] == "/etc/shardq/client/tls.crt"
+    wvolumes = {v["name"]: v for v in worker["spec"]["template"]["spec"]["volumes"]}
+    # Workers get the CA only, never the dispatchers' key.
+    assert wvolumes["tls-ca"]["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    assert wvolumes["client-cert"]["secret"]["secretName"] == "worker-cert"
+
+
+def test_auth_without_tls_keeps_the_grpc_port_probes(helm: Helm) -> None:
+    _, docs = helm.render(_merge(MINIMAL, {"auth": {"enabled": True, "existingSecret": "a"}}))
+    c = container(one(docs, "Deployment", "dispatcher"), "dispatcher")
+    assert c["livenessProbe"]["grpc"]["port"] == 7070  # health is open to probes without a token
+    assert "SHARDQ_TLS_CERT" not in one(docs, "ConfigMap")["data"]
+
+
 # -- rejected values --------------------------------------------------------------------
 
 
@@ -490,6 +564,8 @@ def test_notes_explain_how_to_connect(helm: Helm) -> None:
         ({"dispatcher": {"resources": "lots"}}, "resources"),
         ({"redis": {"existingSecret": 42}}, "existingSecret"),
         ({"shardcount": 64}, "shardcount"),
+        ({"tls": {"healthPort": 7070}}, "healthPort"),
+        ({"auth": {"token": "x"}}, "token"),
     ],
     ids=lambda v: str(v) if isinstance(v, str) else None,
 )
@@ -503,6 +579,13 @@ def test_schema_rejects_bad_values(helm: Helm, override: dict[str, Any], field: 
 @pytest.mark.parametrize(
     ("values", "message"),
     [
+        (_merge(MINIMAL, {"tls": {"enabled": True}}), "tls.existingSecret is required"),
+        (_merge(MINIMAL, {"auth": {"enabled": True}}), "auth.existingSecret is required"),
+        (
+            _merge(SECURE, {"worker": {"tokenSecret": {"name": ""}}}),
+            "worker.tokenSecret.name is required",
+        ),
+        (_merge(SECURE, {"worker": {"clientCertSecret": ""}}), "worker.clientCertSecret is required"),
         ({"database": {"existingSecret": "db"}}, "redis.existingSecret is required"),
         ({"redis": {"existingSecret": "redis"}}, "database.existingSecret is required"),
         ({}, "is required"),
@@ -536,6 +619,10 @@ def test_schema_rejects_bad_values(helm: Helm, override: dict[str, Any], field: 
         ),
     ],
     ids=[
+        "tls-no-secret",
+        "auth-no-secret",
+        "auth-worker-no-token",
+        "mtls-worker-no-cert",
         "no-redis-secret",
         "no-db-secret",
         "no-secrets",

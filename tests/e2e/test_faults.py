@@ -151,9 +151,9 @@ def redis_states(redis_url: str, shard_count: int, ids: list[str]) -> dict[str, 
 
 def test_db_down_while_jobs_run(pg_cluster, start_dispatcher, redis_url, start_worker, ledger):
     """The PostgreSQL server crashes (immediate shutdown: commits not yet on disk are lost, as in a
-    real crash; status commits do not wait for the disk) with jobs queued and running: they keep being leased, retried, promoted and acked from Redis; enqueue
-    answers UNAVAILABLE; when the server is back, every job's row catches up and Redis lets go of the
-    finished records."""
+    real crash; status commits do not wait for the disk) with jobs queued and running: they keep
+    being leased, retried, promoted and acked from Redis; enqueue answers UNAVAILABLE; when the
+    server is back, every job's row catches up and Redis lets go of the finished records."""
     proc = start_dispatcher(redis_url, pg_cluster.url)
     with Client(proc.target, timeout=20) as client:
         ids = client.enqueue_many(

@@ -16,6 +16,7 @@ import grpc
 
 from dispatcher._pb import shardq_pb2 as pb
 from dispatcher._pb import shardq_pb2_grpc as pb_grpc
+from dispatcher.tls import ChannelSecurity
 
 from .ports import free_port
 
@@ -31,10 +32,19 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 
 class DispatcherProcess:
-    """``dispatcher run`` as a child process on a free port."""
+    """``dispatcher run`` as a child process on a free port. ``security``: how the readiness probe
+    reaches it when it runs with TLS or auth (any token that may call GetVersion)."""
 
-    def __init__(self, redis_url: str, db_url: str, log_dir: Path, **settings: Any) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        db_url: str,
+        log_dir: Path,
+        security: ChannelSecurity | None = None,
+        **settings: Any,
+    ) -> None:
         self.port = free_port()
+        self.security = security or ChannelSecurity()
         self.redis_url, self.db_url, self.log_dir = redis_url, db_url, log_dir
         self.settings = {f"SHARDQ_{k.upper()}": str(v) for k, v in settings.items()}
         self.process: subprocess.Popen[bytes] | None = None
@@ -77,8 +87,10 @@ class DispatcherProcess:
 
     def ready(self) -> bool:
         try:
-            with grpc.insecure_channel(self.target) as channel:
-                pb_grpc.JobServiceStub(channel).GetVersion(pb.GetVersionRequest(), timeout=0.5)
+            with self.security.channel(self.target) as channel:
+                pb_grpc.JobServiceStub(channel).GetVersion(
+                    pb.GetVersionRequest(), timeout=0.5, metadata=self.security.metadata
+                )
             return True
         except grpc.RpcError:
             return False

@@ -67,3 +67,21 @@ app.kubernetes.io/component: worker
 {{- define "shardq.databaseSecret" -}}
 {{- required "database.existingSecret is required: the name of a Secret in this namespace whose key database.secretKey holds SHARDQ_DB_URL (postgresql://...?sslmode=require)" .Values.database.existingSecret }}
 {{- end }}
+
+{{/* The name checked in the dispatchers' certificate. */}}
+{{- define "shardq.tlsServerName" -}}
+{{- .Values.tls.serverName | default (printf "%s.%s.svc" (include "shardq.fullname" .) .Release.Namespace) }}
+{{- end }}
+
+{{- define "shardq.tlsSecret" -}}
+{{- required "tls.existingSecret is required when tls.enabled: a Secret with tls.crt, tls.key and ca.crt" .Values.tls.existingSecret }}
+{{- end }}
+
+{{- define "shardq.authSecret" -}}
+{{- required "auth.existingSecret is required when auth.enabled: a Secret with the tokens file (key auth.tokensKey) and the peer token (key auth.peerTokenKey)" .Values.auth.existingSecret }}
+{{- end }}
+
+{{/* The port the kubelet probes: the plaintext health port when the gRPC port is TLS. */}}
+{{- define "shardq.probePort" -}}
+{{- if .Values.tls.enabled }}{{ .Values.tls.healthPort }}{{ else }}7070{{ end }}
+{{- end }}
