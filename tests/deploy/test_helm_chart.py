@@ -25,6 +25,9 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
+from dispatcher import schedules_file
+from dispatcher.config import Settings
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "shardq"
 CACHE = ROOT / ".venv" / "helm-cache"
@@ -537,6 +540,29 @@ def test_tls_and_auth_render_mounted_secrets_env_and_plaintext_probes(helm: Helm
     # Workers get the CA only, never the dispatchers' key.
     assert wvolumes["tls-ca"]["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
     assert wvolumes["client-cert"]["secret"]["secretName"] == "worker-cert"
+
+
+def test_schedules_render_a_mounted_file_the_dispatcher_accepts(helm: Helm, tmp_path: Path) -> None:
+    toml = (
+        '[[schedule]]\nname = "nightly"\ncron = "30 2 * * *"\ntype = "reports.nightly"\n'
+        'timezone = "Europe/Berlin"\n'
+    )
+    text, docs = helm.render(_merge(MINIMAL, {"schedules": toml}))
+    assert yamllint_errors(text) == []
+    assert validate_all(docs) == set()
+    maps = {m["metadata"]["name"]: m for m in by_kind(docs, "ConfigMap")}
+    assert maps["shardq"]["data"]["SHARDQ_SCHEDULES_FILE"] == "/etc/shardq/schedules/schedules.toml"
+    rendered = maps["shardq-schedules"]["data"]["schedules.toml"]
+    c = container(one(docs, "Deployment", "dispatcher"), "dispatcher")
+    assert {m["mountPath"]: m["name"] for m in c["volumeMounts"]}["/etc/shardq/schedules"] == "schedules"
+    # What the chart renders is a file the dispatcher accepts (parsed and validated as at start).
+    path = tmp_path / "schedules.toml"
+    path.write_text(rendered)
+    specs = schedules_file.load(str(path))
+    assert [s.name for s in specs] == ["nightly"]
+    schedules_file.check(Settings(schedules_file=str(path)))
+    _, none = helm.render(MINIMAL)
+    assert "shardq-schedules" not in {m["metadata"]["name"] for m in by_kind(none, "ConfigMap")}
 
 
 def test_auth_without_tls_keeps_the_grpc_port_probes(helm: Helm) -> None:
