@@ -68,6 +68,13 @@ FREE_CREDIT = Gauge(
     "shardq_worker_free_credit", "Lease slots workers have granted and not used yet.", **_gauge_mode
 )
 IN_FLIGHT = Gauge("shardq_inflight_leases", "Leases held by connected workers.", **_gauge_mode)
+# Set by each process's health check; under a supervisor the lowest answer of the live children.
+DEPENDENCY_UP = Gauge(
+    "shardq_dependency_up",
+    "1 when this dispatcher's last health check reached the dependency (redis, database), else 0.",
+    ["dependency"],
+    **({"multiprocess_mode": "livemin"} if _MULTIPROCESS else {}),
+)
 # Every process reads the same number from the DB: under a supervisor the largest is the answer.
 DEAD_DEPTH = Gauge(
     "shardq_dead_letter_depth",
@@ -134,32 +141,47 @@ class QueueCollector(Collector):
             self._client = connect_sync(self.redis_url)
         return self._client
 
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        return [
+            GaugeMetricFamily(
+                "shardq_queue_depth",
+                "Jobs by type, priority class and state.",
+                labels=["type", "priority", "state"],
+            ),
+            GaugeMetricFamily(
+                "shardq_oldest_ready_age_seconds", "Age of the oldest ready job.", labels=["type", "priority"]
+            ),
+            GaugeMetricFamily(
+                "shardq_shard_epoch", "Fencing epoch of each shard's owner.", labels=["shard", "owner"]
+            ),
+            GaugeMetricFamily("shardq_dispatchers_alive", "Dispatcher processes with a live membership."),
+            # A count, not a per-shard series: which shards, `dispatcherctl shards` tells.
+            GaugeMetricFamily(
+                "shardq_shards_without_owner",
+                "Shards no dispatcher holds a live ownership lease on (never taken, released, or lapsed).",
+            ),
+        ]
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        """The families without reading Redis (a registry asks for them when this is registered)."""
+        return self._families()
+
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        depth = GaugeMetricFamily(
-            "shardq_queue_depth",
-            "Jobs by type, priority class and state.",
-            labels=["type", "priority", "state"],
-        )
-        oldest = GaugeMetricFamily(
-            "shardq_oldest_ready_age_seconds", "Age of the oldest ready job.", labels=["type", "priority"]
-        )
-        owned = GaugeMetricFamily(
-            "shardq_shard_epoch", "Fencing epoch of each shard's owner.", labels=["shard", "owner"]
-        )
-        members = GaugeMetricFamily(
-            "shardq_dispatchers_alive", "Dispatcher processes with a live membership."
-        )
+        depth, oldest, owned, members, unowned = families = self._families()
         try:
             redis = self._redis()
             shards = list(range(self.shard_count))
             pipe = redis.pipeline(transaction=False)
             for shard in shards:
                 pipe.hgetall(ShardKeys(shard).counts)
-                pipe.hmget(ShardKeys(shard).meta, "owner", "epoch")
+                pipe.hmget(ShardKeys(shard).meta, "owner", "epoch", "until")
             replies = pipe.execute()
             totals: dict[tuple[str, str, str], int] = {}
             ready: list[tuple[int, str, int]] = []
             types: set[str] = set()
+            without_owner = 0
+            steady_now = steady_ms()  # ownership leases run on the steady clock
             for i, shard in enumerate(shards):
                 for field, value in replies[2 * i].items():
                     job_type, prio, state = field.decode().rsplit("|", 2)
@@ -169,9 +191,11 @@ class QueueCollector(Collector):
                     totals[key] = totals.get(key, 0) + int(value)
                     if state == "ready":
                         ready.append((shard, job_type, int(prio)))
-                owner, epoch = replies[2 * i + 1]
+                owner, epoch, until = replies[2 * i + 1]
                 if epoch is not None:
                     owned.add_metric([str(shard), (owner or b"").decode()], float(epoch))
+                if not owner or epoch is None or int(until or 0) < steady_now:
+                    without_owner += 1
             for (job_type, prio, state), value in sorted(totals.items()):
                 depth.add_metric([job_type, prio, state], value)
             now = wall_ms()
@@ -183,9 +207,10 @@ class QueueCollector(Collector):
                     age = max(0.0, (now - JobRecord.unpack(raw).run_at_ms) / 1000)
                     oldest.add_metric([label, PRIORITY_NAMES.get(prio, str(prio))], age)
             members.add_metric([], float(redis.zcount(ALIVE_KEY, steady_ms(), "+inf")))
+            unowned.add_metric([], float(without_owner))
         except Exception:  # Redis down: scrape what we have; the health check reports the outage
             self._client = None
-        return [depth, oldest, owned, members]
+        return families
 
 
 def serve_metrics(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -135,15 +136,16 @@ async def _health_loop(app: Dispatcher, servicer: health.aio.HealthServicer, eve
     serving: bool | None = None
     rounds = 0
     while not app.stopping:
-        ok = True
-        try:
-            async with asyncio.timeout(every_s):
-                await app.redis.ping()
-                await app.store.ping()
-        except Exception as exc:
-            ok = False
-            if serving is not False:
-                log.warning("not healthy", error=str(exc))
+        # Each checked on its own, so shardq_dependency_up tells which one is down.
+        redis_error, db_error = await asyncio.gather(
+            _ping(app.redis.ping, every_s), _ping(app.store.ping, every_s)
+        )
+        errors = {"redis": redis_error, "database": db_error}
+        for dependency, error in errors.items():
+            metrics.DEPENDENCY_UP.labels(dependency).set(0 if error else 1)
+        ok = not any(errors.values())
+        if not ok and serving is not False:
+            log.warning("not healthy", **{k: v for k, v in errors.items() if v})
         if ok != serving:
             status = (
                 health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -167,6 +169,16 @@ async def _health_loop(app: Dispatcher, servicer: health.aio.HealthServicer, eve
         metrics.FREE_CREDIT.set(sum(s.credit for s in sessions))
         metrics.IN_FLIGHT.set(sum(len(s.held) for s in sessions))
         await asyncio.sleep(every_s)
+
+
+async def _ping(ping: Callable[[], Awaitable[Any]], timeout_s: float) -> str | None:
+    """None when the dependency answered within timeout_s, else the error."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await ping()
+    except Exception as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import urllib.request
 
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,6 +29,16 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
+def dependencies_up(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {
+        sample.labels["dependency"]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "shardq_dependency_up"
+        for sample in family.samples
+    }
+
+
 @pytest.mark.parametrize("processes", [1, 2])
 def test_metrics_move_as_jobs_flow(processes, start_dispatcher, redis_url, db_url, start_worker, ledger):
     port = free_port()
@@ -46,6 +58,8 @@ def test_metrics_move_as_jobs_flow(processes, start_dispatcher, redis_url, db_ur
         assert before["shardq_oldest_ready_age_seconds"] >= 0
         assert before.get("shardq_dispatchers_alive") == processes
         assert before.get("shardq_shard_epoch", 0) > 0
+        wait_until(lambda: _ownership(port) == (0, processes), timeout=10)
+        wait_until(lambda: dependencies_up(port) == {"redis": 1, "database": 1}, timeout=10)
         start_worker(proc.target, types="noop0,noop1,noop2,final0", concurrency=8)
         wait_until(
             lambda: scrape(port).get("shardq_jobs_acked_total") == 60,
@@ -64,6 +78,27 @@ def test_metrics_move_as_jobs_flow(processes, start_dispatcher, redis_url, db_ur
         wait_until(lambda: scrape(port).get("shardq_dead_letter_depth", 0) == 1, timeout=20)
         assert scrape(port)["shardq_jobs_dead_lettered_total"] == 1
 
+    if processes == 2:
+        # Every dispatcher frozen: their ownership leases lapse and nobody can take the shards over,
+        # while the supervisor still serves /metrics. That is what the no-owner alert looks for.
+        children = psutil.Process(proc.process.pid).children()
+        assert len(children) == 2
+        describe = lambda: str(scrape(port))  # noqa: E731
+        try:
+            for child in children:
+                child.send_signal(signal.SIGSTOP)
+            # (shards without owner, dispatchers alive): 8 shards in these tests.
+            wait_until(lambda: _ownership(port) == (8, 0), timeout=30, interval=0.2, message=describe)
+        finally:
+            for child in children:
+                child.send_signal(signal.SIGCONT)
+        wait_until(lambda: _ownership(port) == (0, 2), timeout=30, interval=0.2, message=describe)
+
+
+def _ownership(port: int) -> tuple[float | None, float | None]:
+    metrics = scrape(port)
+    return metrics.get("shardq_shards_without_owner"), metrics.get("shardq_dispatchers_alive")
+
 
 def _health(target: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -75,12 +110,17 @@ def _health(target: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_health_follows_redis(start_dispatcher, private_redis, db_url):
-    proc = start_dispatcher(private_redis.url, db_url)
+    port = free_port()
+    proc = start_dispatcher(private_redis.url, db_url, metrics_listen=f"127.0.0.1:{port}")
     wait_until(lambda: _health(proc.target).returncode == 0, timeout=15)
     assert "SERVING" in _health(proc.target).stdout
+    wait_until(lambda: dependencies_up(port) == {"redis": 1, "database": 1}, timeout=10)
     private_redis.kill()
     wait_until(lambda: _health(proc.target).returncode != 0, timeout=20)
     result = _health(proc.target)
     assert "NOT_SERVING" in result.stderr and result.stdout == ""
+    # The metric says which dependency is down (the health check only that one is).
+    wait_until(lambda: dependencies_up(port) == {"redis": 0, "database": 1}, timeout=10)
     private_redis.start()
     wait_until(lambda: _health(proc.target).returncode == 0, timeout=30)
+    wait_until(lambda: dependencies_up(port) == {"redis": 1, "database": 1}, timeout=10)
