@@ -1,0 +1,68 @@
+"""The benchmark's command line.
+
+    python -m bench run [--quick] [--peers arq,rq,celery,dramatiq,saq,bullmq|none]
+                        [--scenarios ingest,drain,latency,delay,scale,memory] [--out DIR]
+
+Sets up everything itself (private redis-servers, PostgreSQL, dispatchers, each peer's venv or npm
+folder under .bench-cache/) and writes results.json, results.md and PNG plots to
+bench/results/<date>/ unless --out says otherwise. ``--peers none --scenarios drain`` measures one
+scenario for shardq alone, which is what an optimisation loop wants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dispatcher.logs import configure as configure_logs
+
+from .run import Plan, run
+from .sizes import FULL, QUICK
+from .systems import ALL_SCENARIOS, PEERS
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _choices(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    if text == "none":
+        return []
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [c for c in chosen if c not in allowed]
+    if unknown:
+        raise SystemExit(f"unknown {what}: {', '.join(unknown)} (choose from {', '.join(allowed)})")
+    return [a for a in allowed if a in chosen]
+
+
+def main(argv: list[str] | None = None) -> None:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=formatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    cmd = commands.add_parser("run", help="run the benchmark", description=__doc__, formatter_class=formatter)
+    cmd.add_argument(
+        "--quick", action="store_true", help="small sizes: a shardq-only run in well under a minute"
+    )
+    cmd.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers, or none")
+    cmd.add_argument("--scenarios", default=",".join(ALL_SCENARIOS), help="comma-separated scenarios")
+    cmd.add_argument("--out", type=Path, help="output folder (default bench/results/<YYYY-MM-DD>)")
+    cmd.add_argument(
+        "--dispatcher-processes", type=int, default=2,
+        help="shardq dispatcher processes (default 2: `dispatcher run`'s default, the CPU count, on 2 cores)",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    plan = Plan(
+        scenarios=_choices(args.scenarios, ALL_SCENARIOS, "scenarios"),
+        peers=_choices(args.peers, PEERS, "peers"),
+        sizes=QUICK if args.quick else FULL,
+        quick=args.quick,
+        out=args.out or RESULTS / datetime.now(UTC).date().isoformat(),
+        dispatcher_processes=args.dispatcher_processes,
+        command=shlex.join(["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])]),
+    )
+    configure_logs("warning", "console")  # the embedded Redis' start-up line is noise here
+    results = run(plan)
+    print(f"results: {plan.out / 'results.json'}, {plan.out / 'results.md'}")
+    for note in results.get("plots", {}).get("notes", []):
+        print(note)

@@ -1,0 +1,1 @@
+"""What the harness runs the systems on: Redis, PostgreSQL, dispatchers, peers' environments."""

@@ -1,0 +1,76 @@
+"""shardq's driver: the blocking ``Client`` (one call per job, ``enqueue_many`` per batch) and
+``worker_sdk.serve`` workers with an async no-op handler. Runs in the project's own environment;
+the harness starts the dispatcher and passes its address in SHARDQ_TARGET.
+
+Jobs are spread over BENCH_JOB_TYPES types (default 8), as an application's many job types are, so
+they land on several shards and every dispatcher process has work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from . import _driver
+from ._probe import job_started
+
+CONCURRENCY = 64
+
+
+def job_types() -> list[str]:
+    return [f"noop{i}" for i in range(int(os.environ.get("BENCH_JOB_TYPES", "8")))]
+
+
+class ShardqAdapter(_driver.Adapter):
+    packages = ("shardq", "grpcio", "protobuf", "redis")
+
+    def __init__(self) -> None:
+        self.types = job_types()
+        self.settings = {"client": "Client (blocking gRPC)", "job_types": len(self.types),
+                         "worker_concurrency": CONCURRENCY}  # fmt: skip
+        self.client: Any = None
+
+    async def open(self) -> None:
+        from worker_sdk import Client
+
+        self.client = Client(os.environ["SHARDQ_TARGET"])
+
+    async def close(self) -> None:
+        self.client.close()
+
+    def _spec(self, job: _driver.Job) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.types[job.seq % len(self.types)],
+                                "payload": {"s": job.seq, "e": job.t_enqueued, "r": job.run_at}}  # fmt: skip
+        if job.run_at:
+            spec["run_at"] = job.run_at
+        return spec
+
+    async def enqueue(self, job: _driver.Job) -> None:
+        spec = self._spec(job)
+        self.client.enqueue(spec.pop("type"), spec.pop("payload"), **spec)
+
+    async def enqueue_batch(self, jobs: list[_driver.Job]) -> None:
+        self.client.enqueue_many([self._spec(job) for job in jobs])
+
+    def worker_commands(self, processes: int) -> list[list[str]]:
+        return [[sys.executable, "-m", "bench.peers.shardq", "worker"] for _ in range(processes)]
+
+
+async def noop(ctx: Any) -> None:
+    payload = json.loads(ctx.payload)
+    job_started(payload["s"], payload["e"], payload["r"])
+
+
+def run_worker() -> None:
+    from worker_sdk import serve
+
+    serve({name: noop for name in job_types()}, concurrency=CONCURRENCY, shutdown_grace=2).run()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "worker":
+        run_worker()
+    else:
+        _driver.main(ShardqAdapter)

@@ -1,0 +1,1 @@
+"""Turning results.json into a Markdown table and PNG plots."""

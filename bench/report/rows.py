@@ -1,0 +1,64 @@
+"""The rows of the results table: where each figure is in results.json and which way is better."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    scenario: str
+    path: tuple[str, ...]
+    #: "higher" or "lower" is better; "" for counts that take no ratio
+    better: str
+    digits: int = 0
+
+    def value(self, system: dict[str, Any]) -> float | None:
+        node: Any = system.get("scenarios", {}).get(self.scenario)
+        for key in self.path:
+            if not isinstance(node, dict) or key not in node:
+                return None
+            node = node[key]
+        return float(node) if isinstance(node, (int, float)) and not isinstance(node, bool) else None
+
+
+def table_rows(sizes: dict[str, Any]) -> list[Row]:
+    n = "{:,}".format
+    steady = f"steady {sizes['steady_rate']:g}/s"
+    one = f"ingest one at a time, {n(sizes['ingest_one_jobs'])} jobs or {sizes['ingest_max_seconds']:g} s"
+    burst = f"burst {n(int(sizes['burst_rate']))}/s"
+    return [
+        Row(f"{one} (jobs/s)", "ingest", ("one_jobs_per_s",), "higher"),
+        Row(f"ingest bulk, batches of {n(sizes['batch'])} (jobs/s)", "ingest", ("bulk_jobs_per_s",),
+            "higher"),
+        Row(f"drain {n(sizes['drain_jobs'])}, {sizes['worker_processes']} worker processes (jobs/s)", "drain",
+            ("jobs_per_s",), "higher"),
+        Row(f"{steady}: enqueue→start p50 (ms)", "latency", ("steady", "p50_ms"), "lower", 1),
+        Row(f"{steady}: p99 (ms)", "latency", ("steady", "p99_ms"), "lower", 1),
+        Row(f"{steady}: max (ms)", "latency", ("steady", "max_ms"), "lower", 1),
+        Row(f"{burst}: rate the producer reached (jobs/s)", "latency", ("burst", "rate_sent_per_s"),
+            "higher"),
+        Row(f"{burst}: enqueue→start p50 (ms)", "latency", ("burst", "p50_ms"), "lower", 1),
+        Row(f"{burst}: p99 (ms)", "latency", ("burst", "p99_ms"), "lower", 1),
+        Row(f"{burst}: max (ms)", "latency", ("burst", "max_ms"), "lower", 1),
+        Row(f"{burst}: failed enqueues", "latency", ("burst", "failed"), ""),
+        Row(f"{burst}: backlog cleared after the burst (s)", "latency", ("burst", "clear_s"), "lower", 2),
+        Row(f"{n(sizes['instant_jobs'])} due at one instant: start lag p50 (ms)", "delay",
+            ("instant", "p50_ms"), "lower", 1),
+        Row("… p99 (ms)", "delay", ("instant", "p99_ms"), "lower", 1),
+        Row("… max (ms)", "delay", ("instant", "max_ms"), "lower", 1),
+        Row(f"{sizes['sequential_jobs']} delayed one after another, idle workers: lag p50 (ms)", "delay",
+            ("sequential", "p50_ms"), "lower", 1),
+        Row("… p99 (ms)", "delay", ("sequential", "p99_ms"), "lower", 1),
+        Row("… max (ms)", "delay", ("sequential", "max_ms"), "lower", 1),
+        Row(f"lease throughput, {n(sizes['scale_small_pending'])} pending (jobs/s)", "scale",
+            ("small", "lease_jobs_per_s"), "higher"),
+        Row(f"lease throughput, {n(sizes['scale_large_pending'])} pending (jobs/s)", "scale",
+            ("large", "lease_jobs_per_s"), "higher"),
+        Row("lease throughput, large / small pending", "scale", ("ratio_large_small",), "higher", 2),
+        Row("Redis used_memory per pending small job (bytes)", "memory", ("redis_bytes_per_job",), "lower"),
+        Row(f"dispatcher RSS at {n(sizes['memory_pending'])} pending (MB)", "memory", ("dispatcher_rss_mb",),
+            "lower"),
+    ]  # fmt: skip

@@ -1,0 +1,126 @@
+"""One benchmark run: every chosen scenario for shardq and each chosen peer, back to back.
+
+Systems run one after another, each on its own private redis-server (flushed before every
+scenario). A peer that cannot be installed, or a scenario that fails, is recorded with its error
+and the run goes on. results.json is rewritten after every scenario, so a run cut short keeps what
+it measured; results.md and the plots are written at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .infra.postgres import Postgres
+from .infra.redis_server import PrivateRedis
+from .machine import machine_info
+from .report.markdown import write_markdown
+from .report.plots import write_plots
+from .scenarios import SCENARIOS, ScenarioContext
+from .sizes import Sizes
+from .systems import System, make_systems
+
+
+@dataclass
+class Plan:
+    scenarios: list[str]
+    peers: list[str]
+    sizes: Sizes
+    quick: bool
+    out: Path
+    dispatcher_processes: int
+    command: str
+
+
+def run(plan: Plan) -> dict[str, Any]:
+    plan.out.mkdir(parents=True, exist_ok=True)
+    log_dir = plan.out / "tmp"  # git-ignored: logs, SQLite files
+    postgres = Postgres().start()
+    results: dict[str, Any] = {
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": plan.command,
+        "quick": plan.quick,
+        "scenarios": plan.scenarios,
+        "sizes": plan.sizes.as_dict(),
+        "machine": machine_info(),
+        "systems": {},
+    }
+    samples: dict[str, dict[str, list[float]]] = {}
+    try:
+        for system in make_systems(plan.peers, postgres, plan.dispatcher_processes):
+            if any(s in system.scenarios for s in plan.scenarios):
+                results["systems"][system.name] = entry = {"scenarios": {}, "errors": {}}
+                samples[system.name] = {}
+                _run_system(system, plan, log_dir, entry, samples[system.name], results)
+    finally:
+        postgres.stop()
+    results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    _write_json(plan.out, results)
+    write_markdown(plan.out / "results.md", results)
+    results["plots"] = write_plots(plan.out, results, samples)
+    _write_json(plan.out, results)
+    return results
+
+
+def _run_system(
+    system: System, plan: Plan, log_dir: Path, entry: dict[str, Any], samples: dict[str, list[float]],
+    results: dict[str, Any],
+) -> None:  # fmt: skip
+    print(f"== {system.name}", flush=True)
+    redis = PrivateRedis()
+    try:
+        system.prepare()
+        redis.start()
+        entry.update(system.describe(redis, log_dir / f"{system.name}.log"))
+        entry["redis_version"] = redis.version()
+    except Exception as exc:
+        entry["error"] = f"setup failed: {exc}"
+        print(f"   setup failed: {exc}", flush=True)
+        redis.stop()
+        _write_json(plan.out, results)
+        return
+    try:
+        for name in plan.scenarios:
+            if name not in system.scenarios:
+                continue
+            ctx = ScenarioContext(system, redis, plan.sizes, log_dir)
+            t0 = time.monotonic()
+            try:
+                outcome = SCENARIOS[name](ctx)
+            except Exception as exc:
+                entry["errors"][name] = "".join(traceback.format_exception_only(exc)).strip()
+                print(f"   {name:8} FAILED: {entry['errors'][name].splitlines()[0]}", flush=True)
+            else:
+                entry["scenarios"][name] = outcome.figures
+                samples.update(outcome.samples)
+                print(f"   {name:8} {time.monotonic() - t0:6.1f} s  {_headline(outcome.figures)}", flush=True)
+            _write_json(plan.out, results)
+    finally:
+        redis.stop()
+
+
+def _headline(figures: dict[str, Any]) -> str:
+    """The scenario's figures on one line, nested ones flattened."""
+    parts = []
+    for key, value in figures.items():
+        if isinstance(value, dict):
+            parts.append(f"{key}: " + " ".join(f"{k}={_fmt(v)}" for k, v in value.items()))
+        else:
+            parts.append(f"{key}={_fmt(value)}")
+    return "; ".join(parts)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _write_json(out: Path, results: dict[str, Any]) -> None:
+    path = out / "results.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    tmp.replace(path)
