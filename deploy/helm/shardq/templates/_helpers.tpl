@@ -85,3 +85,16 @@ app.kubernetes.io/component: worker
 {{- define "shardq.probePort" -}}
 {{- if .Values.tls.enabled }}{{ .Values.tls.healthPort }}{{ else }}7070{{ end }}
 {{- end }}
+
+{{/* PromQL matchers picking this release's dispatcher series (alert rules). */}}
+{{- define "shardq.metricSelector" -}}
+{{- .Values.prometheusRule.selector | default (printf "namespace=%q,job=%q" .Release.Namespace (include "shardq.fullname" .)) }}
+{{- end }}
+
+{{/* An alert's labels: its severity and prometheusRule.alertLabels. */}}
+{{- define "shardq.alertLabels" -}}
+severity: {{ .severity }}
+{{- with .root.Values.prometheusRule.alertLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
