@@ -54,7 +54,7 @@ def _pending(r: redis.Redis, shards: int) -> int:
     total = 0
     for shard in range(shards):
         for field, value in r.hgetall(ShardKeys(shard).counts).items():
-            if field.decode().rsplit("|", 1)[1] in ("ready", "delayed"):
+            if str(field).rsplit("|", 1)[1] in ("ready", "delayed"):
                 total += int(value)
     return total
 
@@ -82,7 +82,7 @@ def measure(jobs: int, types: int, payload_bytes: int, delayed: bool, shards: in
         stderr=subprocess.STDOUT,
         cwd=tmp,
     )
-    r = redis.Redis(port=server.port)
+    r = redis.Redis(port=server.port, decode_responses=True)
     try:
         # Measure from a settled cluster: every shard's meta, membership and counters exist.
         _wait(

@@ -73,7 +73,7 @@ DEPENDENCY_UP = Gauge(
     "shardq_dependency_up",
     "1 when this dispatcher's last health check reached the dependency (redis, database), else 0.",
     ["dependency"],
-    **({"multiprocess_mode": "livemin"} if _MULTIPROCESS else {}),
+    multiprocess_mode="livemin",
 )
 # Every process reads the same number from the DB: under a supervisor the largest is the answer.
 DEAD_DEPTH = Gauge(
