@@ -24,7 +24,7 @@ from .promoter import Promoter
 from .reaper import Reaper
 from .reconciler import Reconciler
 from .scheduler import Scheduler
-from .sessions import SessionRegistry, WorkerSession
+from .sessions import RESULTS_GRACE_S, SessionRegistry, WorkerSession
 from .states import JobState, Priority
 from .status_writer import LEASE_EXPIRED_ERROR, StatusWriter, transition_update
 from .store import Store
@@ -112,6 +112,9 @@ class Dispatcher:
         for session in self.sessions.all():
             session.send(pb.DispatcherMessage(redirect=pb.Redirect(reason="dispatcher shutting down")))
             session.close()
+        # Their last results are read until each worker half-closes; they reach the status writer,
+        # which commits them below.
+        await self.sessions.all_closed(RESULTS_GRACE_S + 1)
         await _cancel_all(self._tasks)
         self._tasks.clear()
         await self.ingest.commit.stop()

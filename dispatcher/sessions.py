@@ -28,6 +28,9 @@ log = structlog.get_logger("shardq.sessions")
 IDLE_RECHECK_S = 2.0  # re-poll even without a wake-up, for jobs made ready by other paths
 # Answers queued for a worker that is not reading its stream; past this its own messages wait unread.
 OUTBOX_LIMIT_BYTES = 4 << 20
+# After we end a stream (redirect, shutdown), results the worker wrote before it saw that are still on
+# their way: we read on until it half-closes, at most this long, so a finished job does not run again.
+RESULTS_GRACE_S = 3.0
 
 
 class WorkerSession:
@@ -262,9 +265,12 @@ class SessionRegistry:
         self.sessions: set[WorkerSession] = set()
         self.by_shard: dict[int, set[WorkerSession]] = defaultdict(set)
         self.holders: dict[str, WorkerSession] = {}  # job id -> session holding its lease
+        self._none_left = asyncio.Event()
+        self._none_left.set()
 
     def add(self, session: WorkerSession) -> None:
         self.sessions.add(session)
+        self._none_left.clear()
         for shard in session.types_by_shard:
             self.by_shard[shard].add(session)
 
@@ -275,6 +281,17 @@ class SessionRegistry:
         for job_id in session.held:
             if self.holders.get(job_id) is session:
                 del self.holders[job_id]
+        if not self.sessions:
+            self._none_left.set()
+
+    async def all_closed(self, timeout: float) -> bool:
+        """Until every stream has ended (False after the timeout)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._none_left.wait()
+        except TimeoutError:
+            return False
+        return True
 
     def notify_shard(self, shard: int) -> None:
         """Something may have become ready in the shard: look again."""

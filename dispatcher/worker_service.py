@@ -15,7 +15,7 @@ from ._pb import shardq_pb2 as pb
 from ._pb import shardq_pb2_grpc as pb_grpc
 from .clock import steady_ms, wall_ms
 from .errors import REDIS_DOWN, DispatcherError, InvalidArgument, Unavailable
-from .sessions import WorkerSession
+from .sessions import RESULTS_GRACE_S, WorkerSession
 from .status_writer import transition_update
 from .working_set import NackSpec
 
@@ -59,6 +59,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 yield message
             if session.error is not None:
                 await context.abort(session.error.code, str(session.error))
+            await asyncio.wait([reader], timeout=RESULTS_GRACE_S)
         finally:
             # When the worker vanishes the RPC task is cancelled, possibly more than once: run the
             # clean-up (which releases its leases after the grace) in a task of its own.
@@ -117,10 +118,10 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
     async def _read(self, session: WorkerSession, requests: AsyncIterator[pb.WorkerMessage]) -> None:
         shards = self.app.settings.shard_count
         try:
+            # Read to the end even once the session is closed: acks and nacks still in flight are
+            # applied (tokens decide, not the shard's owner); leases are no longer handed out.
             async for message in requests:
                 await session.room()
-                if session.closed:
-                    break
                 kind = message.WhichOneof("msg")
                 if kind == "credit":
                     session.add_credit(message.credit.slots)

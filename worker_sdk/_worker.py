@@ -33,6 +33,9 @@ Handler = Callable[[JobContext], Any] | Callable[[JobContext], Awaitable[Any]]
 log = structlog.get_logger("shardq.worker")
 MAX_RESULT_BYTES = 64 << 10
 MAX_ERROR_CHARS = 16_000
+# After our half-close, how long the dispatcher gets to read what we wrote and end the stream.
+HALF_CLOSE_TIMEOUT_S = 5.0
+UNOWNED_REFRESH_S = 0.25
 # A dispatcher that answers these will answer them again: stop instead of reconnecting forever.
 _REFUSALS = (
     grpc.StatusCode.INVALID_ARGUMENT,
@@ -65,6 +68,7 @@ class _Link:
     connected: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     retired: bool = False
+    finish: asyncio.Event | None = None  # set: the current stream writes no more and half-closes
 
     @property
     def unsent(self) -> int:
@@ -136,6 +140,7 @@ class Worker:
         self._running: dict[str, _Running] = {}
         self._links: dict[str, _Link] = {}
         self._owner_of: dict[int, str] = {}  # shard -> owner address, from the last shard map
+        self._unowned = False  # the last map had shards of our types without a live owner
         self._remap = Wakeup()
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -227,6 +232,15 @@ class Worker:
             self.log.warning(
                 "results not delivered before exit", unsent=sum(link.unsent for link in self._links.values())
             )
+        # Half-close every stream and let the dispatchers read what was written before they end them.
+        closing = []
+        for link in self._links.values():
+            link.retired = True
+            if link.connected.is_set() and link.finish is not None and link.task is not None:
+                link.finish.set()
+                closing.append(link.task)
+        if closing:
+            await asyncio.wait(closing, timeout=HALF_CLOSE_TIMEOUT_S)
 
     def _wake_all(self) -> None:
         for link in self._links.values():
@@ -241,7 +255,9 @@ class Worker:
             self._remap.clear()
             addresses = await self._owner_addresses()
             self._set_links(addresses)
-            if await self._remap.wait(self.map_refresh):
+            # Shards of ours between owners (a move, a takeover): look again soon, not at the next refresh.
+            refresh = UNOWNED_REFRESH_S if self._unowned else self.map_refresh
+            if await self._remap.wait(refresh):
                 await asyncio.sleep(0.05)  # let a burst of redirects settle into one re-read
 
     async def _owner_addresses(self) -> list[str]:
@@ -255,6 +271,7 @@ class Worker:
             return list(self._links) or [self.target]
         self._owner_of = {s.shard: s.address for s in view.shards if s.address}
         mine = {shard_for(t, view.shard_count) for t in self.handlers} if view.shard_count else set()
+        self._unowned = bool(mine - set(self._owner_of))
         addresses = sorted({self._owner_of[s] for s in mine if s in self._owner_of})
         return addresses or list(self._links) or [self.target]
 
@@ -275,7 +292,9 @@ class Worker:
     def _retire(self, link: _Link) -> None:
         """A dispatcher we no longer need: its undelivered results go where their shards are now."""
         link.retired = True
-        if link.task is not None:
+        if link.connected.is_set() and link.finish is not None:
+            link.finish.set()  # what it has written is read before its stream ends
+        elif link.task is not None:
             link.task.cancel()
         pending_acks, pending_nacks = link.acks, link.nacks
         link.acks, link.nacks = [], []
@@ -330,6 +349,8 @@ class Worker:
                 link.connected.clear()
                 if not any(x.connected.is_set() for x in self._links.values()):
                     self._connected.clear()
+            if link.retired:
+                return
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, self.max_reconnect_delay)
 
@@ -342,7 +363,10 @@ class Worker:
         return refs + [a.lease for a in link.acks] + [n.lease for n in link.nacks]
 
     async def _session(self, link: _Link, stub: pb_grpc.WorkerServiceStub) -> str | None:
-        """One stream; returns the redirect target ('' = the same) when the dispatcher sends us on."""
+        """One stream; returns the redirect target ('' = the same) when the dispatcher sends us on.
+
+        The stream ends with a half-close from our side (after a redirect, or when the worker drains):
+        the dispatcher reads up to it, so the results written before it are never lost in flight."""
         call = stub.Connect(metadata=self._metadata)
         held = self._held_by(link)
         await call.write(
@@ -356,13 +380,22 @@ class Worker:
             )
         )
         link.granted = 0
-        sender = asyncio.create_task(self._sender(link, call), name="shardq-sender")
-        heartbeat = asyncio.create_task(self._heartbeats(link, call), name="shardq-heartbeat")
+        link.finish = finish = asyncio.Event()
+        writers = [
+            asyncio.create_task(self._sender(link, call, finish), name="shardq-sender"),
+            asyncio.create_task(self._heartbeats(link, call, finish), name="shardq-heartbeat"),
+        ]
+        closer = asyncio.create_task(self._half_close(link, call, writers), name="shardq-half-close")
+        redirect: str | None = None
         try:
             while True:
-                message = await call.read()
+                if finish.is_set():
+                    async with asyncio.timeout(HALF_CLOSE_TIMEOUT_S):
+                        message = await call.read()
+                else:
+                    message = await call.read()
                 if message is grpc.aio.EOF:
-                    return None
+                    return redirect
                 kind = message.WhichOneof("msg")
                 if kind == "welcome":
                     self._heartbeat_ms = message.welcome.heartbeat_interval_ms or self._heartbeat_ms
@@ -390,18 +423,34 @@ class Worker:
                         target=message.redirect.target or "(map)",
                         reason=message.redirect.reason,
                     )
-                    return message.redirect.target
+                    redirect = message.redirect.target
+                    finish.set()
+        except TimeoutError:
+            return redirect  # the dispatcher did not end the stream after our half-close
         finally:
-            sender.cancel()
-            heartbeat.cancel()
-            await asyncio.gather(sender, heartbeat, return_exceptions=True)
+            finish.set()
+            closer.cancel()
+            for task in writers:
+                task.cancel()
+            await asyncio.gather(closer, *writers, return_exceptions=True)
             call.cancel()
+            link.wake.set()  # results left unwritten go out on the next stream
 
-    async def _sender(self, link: _Link, call: Any) -> None:
+    async def _half_close(self, link: _Link, call: Any, writers: list[asyncio.Task[None]]) -> None:
+        """Once told to finish: let the writers end after their current message, then half-close."""
+        assert link.finish is not None
+        await link.finish.wait()
+        link.wake.set()
+        await asyncio.wait(writers, timeout=HALF_CLOSE_TIMEOUT_S)
+        await call.done_writing()
+
+    async def _sender(self, link: _Link, call: Any, finish: asyncio.Event) -> None:
         drained_sent = False
         while True:
             await link.wake.wait()
             link.wake.clear()
+            if finish.is_set():
+                return  # what is left goes out on the next stream
             if not link.connected.is_set():
                 continue
             acks, nacks = link.acks, link.nacks
@@ -431,13 +480,18 @@ class Worker:
                 link.nacks[:0] = nacks
                 raise
 
-    async def _heartbeats(self, link: _Link, call: Any) -> None:
+    async def _heartbeats(self, link: _Link, call: Any, finish: asyncio.Event) -> None:
         while True:
             interval = self._heartbeat_ms
             ttls = [r.ttl_ms for r in self._running.values() if not r.lost]
             if ttls:
                 interval = min(interval, max(100, min(ttls) // 3))
-            await asyncio.sleep(interval / 1000)
+            try:
+                async with asyncio.timeout(interval / 1000):
+                    await finish.wait()
+                return
+            except TimeoutError:
+                pass
             refs = [
                 r.ref
                 for r in self._running.values()

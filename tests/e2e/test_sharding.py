@@ -15,7 +15,10 @@ from tests.support.processes import read_ledger
 from tests.support.wait import wait_until
 from worker_sdk import Client
 
-pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+# A process frozen mid-write holds SQLite's one write lock and stalls every other process's writes
+# (takeover included) until it continues: tests that freeze an owner run on PostgreSQL.
+POSTGRES = pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 SHARDS = 16
 FAST = {"shard_count": SHARDS, "ownership_ttl_ms": 3000}
 
@@ -63,6 +66,7 @@ def _assert_no_overlapping_executions(ledger: Path) -> None:
             assert s2 >= e1, f"job {job}: runs with tokens {t1} and {t2} overlapped"
 
 
+@SQLITE
 def test_a_different_shard_count_is_refused(start_dispatcher, redis_url, db_url):
     first = start_dispatcher(redis_url, db_url, shard_count=8)
     first.stop()
@@ -70,6 +74,7 @@ def test_a_different_shard_count_is_refused(start_dispatcher, redis_url, db_url)
         start_dispatcher(redis_url, db_url, shard_count=16)
 
 
+@SQLITE
 def test_supervisor_restarts_a_killed_process_and_jobs_keep_flowing(
     start_dispatcher, redis_url, db_url, start_worker, ledger
 ):
@@ -104,6 +109,7 @@ def test_supervisor_restarts_a_killed_process_and_jobs_keep_flowing(
     )
 
 
+@SQLITE
 @pytest.mark.timeout(300)
 def test_rebalance_live_under_load_loses_nothing(
     start_dispatcher, redis_url, db_url, start_worker, ledger, tmp_path
@@ -152,6 +158,7 @@ def test_rebalance_live_under_load_loses_nothing(
     assert duplicates <= 500, duplicates
 
 
+@POSTGRES
 def test_paused_owner_is_fenced_after_takeover(start_dispatcher, redis_url, db_url, start_worker, ledger):
     first = start_dispatcher(redis_url, db_url, **FAST)
     second = start_dispatcher(redis_url, db_url, **FAST)
@@ -184,6 +191,7 @@ def test_paused_owner_is_fenced_after_takeover(start_dispatcher, redis_url, db_u
         wait_until(lambda: _settled(first.target, 2), timeout=30)  # it rejoins as a member
 
 
+@SQLITE
 def test_only_the_owner_runs_scripts_on_a_shard(start_dispatcher, redis_url, db_url, start_worker, ledger):
     """Shard ownership removes contention: watch every script Redis runs (MONITOR) and check that each
     shard's keys are touched by one dispatcher only."""
