@@ -13,7 +13,7 @@ class Sizes:
     batch: int = 1_000
     #: an ingest stops after this long and reports the rate over the jobs it enqueued (a system at
     #: 100 jobs/s would otherwise take 17 minutes for 100,000)
-    ingest_max_seconds: float = 60.0
+    ingest_max_seconds: float = 30.0
     drain_jobs: int = 50_000
     worker_processes: int = 2
     steady_rate: float = 116.0
@@ -22,6 +22,8 @@ class Sizes:
     burst_seconds: float = 10.0
     #: the burst is sent as bulk calls of this many jobs (100 every 10 ms at 10K/s)
     burst_batch: int = 100
+    #: how long the backlog after the burst may take to clear before it is reported as "> this"
+    backlog_timeout_s: float = 120.0
     instant_jobs: int = 1_000
     #: jobs due at one instant are enqueued (in bulk) this long before it
     instant_lead_s: float = 3.0
@@ -33,7 +35,7 @@ class Sizes:
     scale_lease_jobs: int = 5_000
     memory_pending: int = 1_000_000
     #: peers fill less: bytes per job barely depend on the count, and their bulk APIs are slow
-    memory_pending_peers: int = 100_000
+    memory_pending_peers: int = 20_000
     #: the longest any waiting step may take before the scenario is declared incomplete
     timeout_s: float = 600.0
 
@@ -60,4 +62,5 @@ QUICK = Sizes(
     memory_pending=3_000,
     memory_pending_peers=2_000,
     timeout_s=30.0,
+    backlog_timeout_s=30.0,
 )

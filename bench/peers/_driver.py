@@ -182,7 +182,7 @@ class Driver:
                 steady["seq_end"], params["burst_rate"], params["burst_seconds"], params["burst_batch"]
             )
             accepted = steady["sent"] - steady["failed"] + burst["sent"] - burst["failed"]
-            done = await self.wait_starts(base + accepted, params["timeout"])
+            done = await self.wait_starts(base + accepted, params["backlog_timeout"])
         finally:
             workers.stop()
         return {"steady": steady, "burst": burst, "complete": done}
@@ -201,12 +201,16 @@ class Driver:
         return _phase(first_seq, count, failed, t0, time.time())
 
     async def _burst(self, first_seq: int, rate: float, seconds: float, batch: int) -> dict[str, Any]:
-        """Batches of ``batch`` jobs at ``rate`` jobs/s, through the bulk API."""
+        """Batches of ``batch`` jobs at ``rate`` jobs/s through the bulk API, for ``seconds``: a producer
+        that falls behind sends fewer (the rate it reached is reported)."""
         count = int(rate * seconds)
         failed = 0
         t0 = time.time() + 0.01
         for start in range(0, count, batch):
             await _sleep_until(t0 + start / rate)
+            if time.time() > t0 + seconds:
+                count = start
+                break
             now = time.time()
             jobs = [Job(first_seq + i, now, 0.0) for i in range(start, min(count, start + batch))]
             try:

@@ -12,6 +12,8 @@ SHARDQ = "shardq"
 
 def _cell(row: Row, system: dict[str, Any]) -> str:
     value = row.value(system)
+    if value is None and (note := row.note(system)):
+        return note
     if value is None:
         if row.scenario in system.get("errors", {}) or "error" in system:
             return "error"

@@ -14,14 +14,25 @@ class Row:
     #: "higher" or "lower" is better; "" for counts that take no ratio
     better: str
     digits: int = 0
+    #: where a text stands in for a figure that could not be measured (e.g. "> 120")
+    note_path: tuple[str, ...] = ()
 
     def value(self, system: dict[str, Any]) -> float | None:
-        node: Any = system.get("scenarios", {}).get(self.scenario)
-        for key in self.path:
-            if not isinstance(node, dict) or key not in node:
-                return None
-            node = node[key]
+        node = _find(system, self.scenario, self.path)
         return float(node) if isinstance(node, (int, float)) and not isinstance(node, bool) else None
+
+    def note(self, system: dict[str, Any]) -> str | None:
+        node = _find(system, self.scenario, self.note_path) if self.note_path else None
+        return node if isinstance(node, str) else None
+
+
+def _find(system: dict[str, Any], scenario: str, path: tuple[str, ...]) -> Any:
+    node: Any = system.get("scenarios", {}).get(scenario)
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
 
 
 def table_rows(sizes: dict[str, Any]) -> list[Row]:
@@ -44,7 +55,8 @@ def table_rows(sizes: dict[str, Any]) -> list[Row]:
         Row(f"{burst}: p99 (ms)", "latency", ("burst", "p99_ms"), "lower", 1),
         Row(f"{burst}: max (ms)", "latency", ("burst", "max_ms"), "lower", 1),
         Row(f"{burst}: failed enqueues", "latency", ("burst", "failed"), ""),
-        Row(f"{burst}: backlog cleared after the burst (s)", "latency", ("burst", "clear_s"), "lower", 2),
+        Row(f"{burst}: backlog cleared after the burst (s)", "latency", ("burst", "clear_s"), "lower", 2,
+            ("burst", "clear_note")),
         Row(f"{n(sizes['instant_jobs'])} due at one instant: start lag p50 (ms)", "delay",
             ("instant", "p50_ms"), "lower", 1),
         Row("… p99 (ms)", "delay", ("instant", "p99_ms"), "lower", 1),

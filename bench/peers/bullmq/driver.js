@@ -1,0 +1,235 @@
+// BullMQ's driver: the same actions, parameters and answers as bench/peers/_driver.py.
+//   node driver.js ACTION 'PARAMS_JSON'   → prints "BENCH-RESULT {json}" last.
+// One call per job is Queue.add, a batch is Queue.addBulk; workers are worker.js processes.
+'use strict';
+const { spawn } = require('child_process');
+const path = require('path');
+const Redis = require('ioredis');
+const { Queue } = require('bullmq');
+const { STARTS_KEY, nowSeconds } = require('./probe');
+const { connection, QUEUE, CONCURRENCY, DEFAULT_JOB_OPTIONS } = require('./settings');
+
+const WARM_UP_JOBS = 4;
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const sleepUntil = (t) => sleep(Math.max(0, (t - nowSeconds()) * 1000));
+
+class Driver {
+  constructor() {
+    this.redis = new Redis(process.env.BENCH_REDIS_URL);
+    this.queue = new Queue(QUEUE, { connection: connection(), defaultJobOptions: DEFAULT_JOB_OPTIONS });
+  }
+
+  async close() {
+    await this.queue.close();
+    await this.redis.quit();
+  }
+
+  job(seq, tEnqueued, runAt) {
+    const opts = runAt ? { delay: Math.max(0, Math.round((runAt - nowSeconds()) * 1000)) } : {};
+    return { name: 'noop', data: { s: seq, e: tEnqueued, r: runAt }, opts };
+  }
+
+  async enqueue(seq, tEnqueued, runAt) {
+    const job = this.job(seq, tEnqueued, runAt);
+    await this.queue.add(job.name, job.data, job.opts);
+  }
+
+  async enqueueBatch(jobs) {
+    await this.queue.addBulk(jobs.map(([seq, t, r]) => this.job(seq, t, r)));
+  }
+
+  async starts() {
+    return this.redis.llen(STARTS_KEY);
+  }
+
+  async waitStarts(count, timeout) {
+    const deadline = Date.now() + timeout * 1000;
+    while ((await this.starts()) < count) {
+      if (Date.now() > deadline) return false;
+      await sleep(10);
+    }
+    return true;
+  }
+
+  async enqueueBatches(firstSeq, jobs, batch, runAt = 0) {
+    for (let start = firstSeq; start < firstSeq + jobs; start += batch) {
+      const now = nowSeconds();
+      const stop = Math.min(firstSeq + jobs, start + batch);
+      const list = [];
+      for (let seq = start; seq < stop; seq++) list.push([seq, now, runAt]);
+      await this.enqueueBatch(list);
+    }
+  }
+
+  startWorkers(processes) {
+    const script = path.join(__dirname, 'worker.js');
+    return Array.from({ length: processes }, () => spawn(process.execPath, [script], { stdio: ['ignore', 2, 2] }));
+  }
+
+  async stopWorkers(workers) {
+    await Promise.all(workers.map((w) => new Promise((resolve) => {
+      if (w.exitCode !== null) return resolve();
+      const kill = setTimeout(() => w.kill('SIGKILL'), 10000);
+      w.on('exit', () => { clearTimeout(kill); resolve(); });
+      w.kill('SIGTERM');
+    })));
+  }
+
+  async startWorkersWarm(processes) {
+    const workers = this.startWorkers(processes);
+    const base = await this.starts();
+    for (let seq = -WARM_UP_JOBS; seq < 0; seq++) await this.enqueue(seq, nowSeconds(), 0);
+    if (!(await this.waitStarts(base + WARM_UP_JOBS, 60))) {
+      await this.stopWorkers(workers);
+      throw new Error('the workers did not start the warm-up jobs');
+    }
+    return workers;
+  }
+
+  // -- actions --------------------------------------------------------------------------
+
+  async versions() {
+    const version = (name) => require(`${name}/package.json`).version;
+    return {
+      versions: { bullmq: version('bullmq'), ioredis: version('ioredis') },
+      settings: { worker_processes_concurrency: CONCURRENCY, default_job_options: DEFAULT_JOB_OPTIONS,
+                  bulk: 'Queue.addBulk' },
+      node: process.version,
+    };
+  }
+
+  async ingest(p) {
+    const batch = p.mode === 'bulk' ? p.batch : 1;
+    const t0 = performance.now();
+    const stopAt = t0 + p.max_seconds * 1000;
+    let done = 0;
+    while (done < p.jobs && performance.now() < stopAt) {
+      const now = nowSeconds();
+      if (batch === 1) {
+        await this.enqueue(done, now, 0);
+        done += 1;
+      } else {
+        const count = Math.min(batch, p.jobs - done);
+        const list = [];
+        for (let seq = done; seq < done + count; seq++) list.push([seq, now, 0]);
+        await this.enqueueBatch(list);
+        done += count;
+      }
+    }
+    return { jobs: done, seconds: (performance.now() - t0) / 1000 };
+  }
+
+  async fill(p) {
+    const t0 = performance.now();
+    await this.enqueueBatches(p.first_seq || 0, p.jobs, p.batch);
+    return { jobs: p.jobs, seconds: (performance.now() - t0) / 1000 };
+  }
+
+  async drain(p) {
+    const t0 = performance.now();
+    if (!p.prequeued) await this.enqueueBatches(0, p.jobs, p.batch);
+    const prequeue = (performance.now() - t0) / 1000;
+    const base = await this.starts();
+    const workers = this.startWorkers(p.processes);
+    try {
+      const complete = await this.waitStarts(base + p.jobs, p.timeout);
+      return { jobs: p.jobs, prequeue_seconds: prequeue, complete };
+    } finally {
+      await this.stopWorkers(workers);
+    }
+  }
+
+  async lease(p) {
+    const base = await this.starts();
+    const workers = this.startWorkers(p.processes);
+    try {
+      return { jobs: p.jobs, complete: await this.waitStarts(base + p.jobs, p.timeout) };
+    } finally {
+      await this.stopWorkers(workers);
+    }
+  }
+
+  async latency(p) {
+    const base = (await this.starts()) + WARM_UP_JOBS;
+    const workers = await this.startWorkersWarm(p.processes);
+    try {
+      const steady = await this.steady(0, p.steady_rate, p.steady_seconds);
+      const burst = await this.burst(steady.seq_end, p.burst_rate, p.burst_seconds, p.burst_batch);
+      const accepted = steady.sent - steady.failed + burst.sent - burst.failed;
+      const complete = await this.waitStarts(base + accepted, p.backlog_timeout);
+      return { steady, burst, complete };
+    } finally {
+      await this.stopWorkers(workers);
+    }
+  }
+
+  async steady(firstSeq, rate, seconds) {
+    const count = Math.floor(rate * seconds);
+    let failed = 0;
+    const t0 = nowSeconds() + 0.05;
+    for (let i = 0; i < count; i++) {
+      await sleepUntil(t0 + i / rate);
+      try { await this.enqueue(firstSeq + i, nowSeconds(), 0); } catch { failed += 1; }
+    }
+    return phase(firstSeq, count, failed, t0, nowSeconds());
+  }
+
+  async burst(firstSeq, rate, seconds, batch) {
+    let count = Math.floor(rate * seconds);
+    let failed = 0;
+    const t0 = nowSeconds() + 0.01;
+    for (let start = 0; start < count; start += batch) {
+      await sleepUntil(t0 + start / rate);
+      if (nowSeconds() > t0 + seconds) {
+        count = start;  // a producer that falls behind sends fewer; the rate it reached is reported
+        break;
+      }
+      const now = nowSeconds();
+      const list = [];
+      for (let i = start; i < Math.min(count, start + batch); i++) list.push([firstSeq + i, now, 0]);
+      try { await this.enqueueBatch(list); } catch { failed += list.length; }
+    }
+    return phase(firstSeq, count, failed, t0, nowSeconds());
+  }
+
+  async delay(p) {
+    const base = (await this.starts()) + WARM_UP_JOBS;
+    const workers = await this.startWorkersWarm(p.processes);
+    try {
+      const due = nowSeconds() + p.instant_lead_s;
+      await this.enqueueBatches(0, p.instant_jobs, 100, due);
+      const instant = { ...phase(0, p.instant_jobs, 0, due, due), enqueued_before_due: nowSeconds() < due };
+      const inTime = await this.waitStarts(base + instant.sent, p.timeout);
+      let complete = true;
+      const t0 = nowSeconds();
+      for (let seq = instant.seq_end; seq < instant.seq_end + p.sequential_jobs; seq++) {
+        const before = await this.starts();
+        const now = nowSeconds();
+        await this.enqueue(seq, now, now + p.sequential_delay_s);
+        complete = (await this.waitStarts(before + 1, p.sequential_delay_s + 10)) && complete;
+        await sleep(20);
+      }
+      const sequential = { ...phase(instant.seq_end, p.sequential_jobs, 0, t0, nowSeconds()), complete };
+      return { instant, sequential, complete: inTime && complete };
+    } finally {
+      await this.stopWorkers(workers);
+    }
+  }
+}
+
+function phase(firstSeq, count, failed, start, end) {
+  return { seq_start: firstSeq, seq_end: firstSeq + count, sent: count, failed, start, end };
+}
+
+async function main() {
+  const [action, raw] = process.argv.slice(2);
+  const driver = new Driver();
+  try {
+    const result = await driver[action](raw ? JSON.parse(raw) : {});
+    process.stdout.write(`BENCH-RESULT ${JSON.stringify(result)}\n`);
+  } finally {
+    await driver.close();
+  }
+}
+
+main().then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });

@@ -1,0 +1,55 @@
+"""Celery's driver: ``apply_async`` per job (``eta`` for delayed ones); Celery has no bulk send, so a
+batch is ``apply_async`` calls sharing one producer connection. Workers: the prefork pool with 2
+processes, no result backend, gossip/mingle/heartbeat off (they only add start-up and chatter)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from celery import Celery
+
+from . import _driver
+from ._probe import REDIS_URL_ENV, job_started
+
+PREFETCH_MULTIPLIER = 16
+
+app = Celery("bench", broker=os.environ.get(REDIS_URL_ENV, "redis://127.0.0.1:6379/0"))
+app.conf.update(
+    task_ignore_result=True,
+    worker_prefetch_multiplier=PREFETCH_MULTIPLIER,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+)
+
+
+@app.task(name="noop")
+def noop(seq: int, t_enqueued: float, run_at: float) -> None:
+    job_started(seq, t_enqueued, run_at)
+
+
+class CeleryAdapter(_driver.Adapter):
+    packages = ("celery", "kombu", "redis")
+    settings = {"pool": "prefork", "worker_prefetch_multiplier": PREFETCH_MULTIPLIER,
+                "bulk": "apply_async on one producer (no bulk API)"}  # fmt: skip
+
+    async def enqueue(self, job: _driver.Job, producer: object = None) -> None:
+        eta = datetime.fromtimestamp(job.run_at, UTC) if job.run_at else None
+        noop.apply_async(tuple(job), eta=eta, producer=producer)
+
+    async def enqueue_batch(self, jobs: list[_driver.Job]) -> None:
+        with app.producer_or_acquire() as producer:
+            for job in jobs:
+                await self.enqueue(job, producer)
+
+    def worker_commands(self, processes: int) -> list[list[str]]:
+        celery = str(Path(sys.executable).with_name("celery"))
+        quiet = ["--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "WARNING"]
+        pool = ["--pool", "prefork", "-c", str(processes)]
+        return [[celery, "-A", "bench.peers.celery", "worker", *pool, *quiet]]
+
+
+if __name__ == "__main__":
+    _driver.main(CeleryAdapter)

@@ -1,0 +1,57 @@
+"""RQ's driver: ``enqueue``/``enqueue_at`` per job, ``enqueue_many`` (one pipeline) per batch.
+Workers are ``SimpleWorker`` (no fork per job: RQ's fastest), with the scheduler for delayed jobs.
+Jobs name their function as a string: the driver runs as __main__, the workers import this module."""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import UTC, datetime
+
+from redis import Redis
+from rq import Queue, SimpleWorker
+
+from . import _driver
+from ._probe import REDIS_URL_ENV, job_started
+
+FUNCTION = "bench.peers.rq.noop"
+
+
+def noop(seq: int, t_enqueued: float, run_at: float) -> None:
+    job_started(seq, t_enqueued, run_at)
+
+
+def queue() -> Queue:
+    return Queue("bench", connection=Redis.from_url(os.environ[REDIS_URL_ENV]))
+
+
+class RqAdapter(_driver.Adapter):
+    packages = ("rq", "redis")
+    settings = {"worker_class": "SimpleWorker", "with_scheduler": True, "bulk": "Queue.enqueue_many"}
+
+    async def open(self) -> None:
+        self.queue = queue()
+
+    async def enqueue(self, job: _driver.Job) -> None:
+        if job.run_at:
+            self.queue.enqueue_at(datetime.fromtimestamp(job.run_at, UTC), FUNCTION, *job)
+        else:
+            self.queue.enqueue(FUNCTION, *job)
+
+    async def enqueue_batch(self, jobs: list[_driver.Job]) -> None:
+        if any(job.run_at for job in jobs):  # enqueue_many has no due time
+            for job in jobs:
+                await self.enqueue(job)
+            return
+        self.queue.enqueue_many([Queue.prepare_data(FUNCTION, args=tuple(job)) for job in jobs])
+
+    def worker_commands(self, processes: int) -> list[list[str]]:
+        return [[sys.executable, "-m", "bench.peers.rq", "worker"] for _ in range(processes)]
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "worker":
+        q = queue()
+        SimpleWorker([q], connection=q.connection).work(with_scheduler=True, logging_level="WARNING")
+    else:
+        _driver.main(RqAdapter)

@@ -1,0 +1,65 @@
+"""saq's driver: ``Queue.enqueue`` per job (``scheduled`` for delayed ones); saq's only batch form,
+``map``, also waits for results, so a batch is concurrent ``enqueue`` calls (what ``map`` does
+inside). Workers: ``saq --workers 2``, concurrency 32 each, scheduled jobs checked every second
+(the default, and the least: saq uses the period as a lock's whole-second expiry)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from saq import Queue
+
+from . import _driver
+from ._probe import REDIS_URL_ENV, job_started
+
+CONCURRENCY = 32
+SCHEDULE_TIMER_S = 1
+
+
+def make_queue() -> Queue:
+    return Queue.from_url(os.environ.get(REDIS_URL_ENV, "redis://127.0.0.1:6379/0"), name="bench")
+
+
+async def noop(ctx: dict[str, Any], *, seq: int, t: float, r: float) -> None:
+    job_started(seq, t, r)
+
+
+settings = {
+    "queue": make_queue(),
+    "functions": [noop],
+    "concurrency": CONCURRENCY,
+    "timers": {"schedule": SCHEDULE_TIMER_S},
+}
+
+
+class SaqAdapter(_driver.Adapter):
+    packages = ("saq", "redis")
+    settings = {"concurrency": CONCURRENCY, "schedule_timer_s": SCHEDULE_TIMER_S,
+                "bulk": "asyncio.gather of enqueue (map without waiting)"}  # fmt: skip
+
+    async def open(self) -> None:
+        self.queue = make_queue()
+        await self.queue.connect()
+
+    async def close(self) -> None:
+        await self.queue.disconnect()
+
+    async def enqueue(self, job: _driver.Job) -> None:
+        # saq documents whole epoch seconds but stores the score as given: a float keeps the due time.
+        due = {"scheduled": job.run_at} if job.run_at else {}
+        await self.queue.enqueue("noop", seq=job.seq, t=job.t_enqueued, r=job.run_at, **due)
+
+    async def enqueue_batch(self, jobs: list[_driver.Job]) -> None:
+        await asyncio.gather(*(self.enqueue(job) for job in jobs))
+
+    def worker_commands(self, processes: int) -> list[list[str]]:
+        cli = str(Path(sys.executable).with_name("saq"))
+        return [[cli, "bench.peers.saq.settings", "--workers", str(processes)]]
+
+
+if __name__ == "__main__":
+    _driver.main(SaqAdapter)
