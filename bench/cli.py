@@ -2,11 +2,13 @@
 
     python -m bench run [--quick] [--peers arq,rq,celery,dramatiq,saq,bullmq|none]
                         [--scenarios ingest,drain,latency,delay,scale,memory] [--out DIR]
+    python -m bench report DIR [--merge OTHER_DIR]
 
 Sets up everything itself (private redis-servers, PostgreSQL, dispatchers, each peer's venv or npm
 folder under .bench-cache/) and writes results.json, results.md and PNG plots to
 bench/results/<date>/ unless --out says otherwise. ``--peers none --scenarios drain`` measures one
-scenario for shardq alone, which is what an optimisation loop wants.
+scenario for shardq alone, which is what an optimisation loop wants; ``report DIR --merge OTHER``
+folds such a run's figures into a full run's results and rewrites its table and plots.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from dispatcher.logs import configure as configure_logs
 
-from .run import Plan, run
+from .run import Plan, merge, run, write_reports
 from .sizes import FULL, QUICK
 from .systems import ALL_SCENARIOS, PEERS
 
@@ -51,7 +53,16 @@ def main(argv: list[str] | None = None) -> None:
         "--dispatcher-processes", type=int, default=2,
         help="shardq dispatcher processes (default 2: `dispatcher run`'s default, the CPU count, on 2 cores)",
     )  # fmt: skip
+    report = commands.add_parser(
+        "report",
+        help="rewrite results.md and the plots of a run, optionally folding in another run's figures",
+    )
+    report.add_argument("out", type=Path, help="the run's folder (with results.json)")
+    report.add_argument("--merge", type=Path, help="another run's folder whose figures replace the same ones")
     args = parser.parse_args(argv)
+    if args.command == "report":
+        _report(args.out, args.merge)
+        return
     plan = Plan(
         scenarios=_choices(args.scenarios, ALL_SCENARIOS, "scenarios"),
         peers=_choices(args.peers, PEERS, "peers"),
@@ -66,3 +77,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"results: {plan.out / 'results.json'}, {plan.out / 'results.md'}")
     for note in results.get("plots", {}).get("notes", []):
         print(note)
+
+
+def _report(out: Path, other: Path | None) -> None:
+    import json
+
+    if other is not None:
+        merge(out, other)
+    else:
+        write_reports(out, json.loads((out / "results.json").read_text()), {})
+    print(f"rewrote {out / 'results.md'}")

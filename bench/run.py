@@ -25,6 +25,8 @@ from .scenarios import SCENARIOS, ScenarioContext
 from .sizes import Sizes
 from .systems import System, make_systems
 
+SAMPLES = "samples.json"  # raw latencies for the plots, kept beside the logs (not committed)
+
 
 @dataclass
 class Plan:
@@ -60,11 +62,49 @@ def run(plan: Plan) -> dict[str, Any]:
     finally:
         postgres.stop()
     results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    _write_json(plan.out, results)
-    write_markdown(plan.out / "results.md", results)
-    results["plots"] = write_plots(plan.out, results, samples)
-    _write_json(plan.out, results)
+    (log_dir / SAMPLES).write_text(json.dumps(samples))
+    write_reports(plan.out, results, samples)
     return results
+
+
+def write_reports(out: Path, results: dict[str, Any], samples: dict[str, dict[str, list[float]]]) -> None:
+    _write_json(out, results)
+    write_markdown(out / "results.md", results)
+    results["plots"] = write_plots(out, results, samples)
+    _write_json(out, results)
+
+
+def merge(out: Path, other: Path) -> dict[str, Any]:
+    """Fold another run's figures (e.g. one scenario measured again) into ``out``'s results: each
+    system's scenarios and errors there replace the same ones here; then the reports are rewritten."""
+    results = json.loads((out / "results.json").read_text())
+    newer = json.loads((other / "results.json").read_text())
+    samples = _load_samples(out)
+    newer_samples = _load_samples(other)
+    for name, system in newer["systems"].items():
+        mine = results["systems"].setdefault(name, {"scenarios": {}, "errors": {}})
+        for key in ("versions", "settings", "python", "redis_version"):
+            if key in system:
+                mine[key] = system[key]
+        mine.pop("error", None)
+        for scenario, figures in system["scenarios"].items():
+            mine["scenarios"][scenario] = figures
+            mine["errors"].pop(scenario, None)
+        mine["errors"].update(system["errors"])
+        samples.setdefault(name, {}).update(newer_samples.get(name, {}))
+    replaced = {n: sorted(s["scenarios"]) for n, s in newer["systems"].items()}
+    results.setdefault("merged", []).append(
+        {"command": newer["command"], "started_at": newer["started_at"], "replaced": replaced}
+    )
+    (out / "tmp").mkdir(exist_ok=True)
+    (out / "tmp" / SAMPLES).write_text(json.dumps(samples))
+    write_reports(out, results, samples)
+    return results
+
+
+def _load_samples(out: Path) -> dict[str, dict[str, list[float]]]:
+    path = out / "tmp" / SAMPLES
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _run_system(

@@ -61,6 +61,10 @@ def _notes(results: dict[str, Any]) -> list[str]:
         "best peer on that row; — means not measured for that system (shardq-sqlite runs ingest only; "
         "scale and dispatcher RSS are shardq's).",
     ]
+    for merged in results.get("merged", []):
+        replaced = "; ".join(f"{n}: {', '.join(s)}" for n, s in merged["replaced"].items())
+        run = f"`{merged['command']}`, {merged['started_at']}"
+        notes.append(f"Measured again and merged in: {replaced} ({run}).")
     for name, system in results["systems"].items():
         versions = ", ".join(f"{k} {v}" for k, v in system.get("versions", {}).items())
         if versions:
