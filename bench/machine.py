@@ -46,3 +46,15 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "node": _version(["node", "--version"]),
     }
+
+
+def shardq_source() -> dict[str, Any]:
+    """Which shardq code was measured: the commit, and whether its sources had uncommitted changes.
+    A copy without .git (e.g. from git archive) names its commit in BENCH_SOURCE_COMMIT."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.environ.get("BENCH_SOURCE_COMMIT"):
+        return {"commit": os.environ["BENCH_SOURCE_COMMIT"], "uncommitted_changes": False}
+    commit = _version(["git", "-C", root, "rev-parse", "HEAD"])
+    sources = ["dispatcher", "worker_sdk", "shardmap"]
+    changes = _version(["git", "-C", root, "status", "--porcelain", "--", *sources])
+    return {"commit": commit, "uncommitted_changes": bool(changes)}

@@ -18,7 +18,7 @@ from typing import Any
 
 from .infra.postgres import Postgres
 from .infra.redis_server import PrivateRedis
-from .machine import machine_info
+from .machine import machine_info, shardq_source
 from .report.markdown import write_markdown
 from .report.plots import write_plots
 from .scenarios import SCENARIOS, ScenarioContext
@@ -50,6 +50,7 @@ def run(plan: Plan) -> dict[str, Any]:
         "scenarios": plan.scenarios,
         "sizes": plan.sizes.as_dict(),
         "machine": machine_info(),
+        "shardq_source": shardq_source(),
         "systems": {},
     }
     samples: dict[str, dict[str, list[float]]] = {}

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import redis
@@ -27,6 +27,36 @@ from ._probe import REDIS_URL_ENV, STARTS_KEY
 
 RESULT_PREFIX = "BENCH-RESULT "
 WARM_UP_JOBS = 4
+MAX_IN_FLIGHT = 64
+
+
+class InFlight:
+    """Calls issued without waiting for the ones before them, at most MAX_IN_FLIGHT at a time.
+
+    With a blocking client the calls still run one after another (each blocks the loop while it
+    runs); those clients answer in well under a millisecond, so the schedule still holds."""
+
+    def __init__(self) -> None:
+        self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.failed = 0
+
+    async def issue(self, call: Callable[[], Awaitable[None]], jobs: int) -> None:
+        await self.slots.acquire()
+        task = asyncio.create_task(self._run(call, jobs))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _run(self, call: Callable[[], Awaitable[None]], jobs: int) -> None:
+        try:
+            await call()
+        except Exception:
+            self.failed += jobs
+        finally:
+            self.slots.release()
+
+    async def wait(self) -> None:
+        await asyncio.gather(*self.tasks)
 
 
 class Job(NamedTuple):
@@ -188,36 +218,35 @@ class Driver:
         return {"steady": steady, "burst": burst, "complete": done}
 
     async def _steady(self, first_seq: int, rate: float, seconds: float) -> dict[str, Any]:
-        """One job per call at a fixed schedule (open loop: a late call does not delay the next ones')."""
+        """One job per call on a fixed schedule: open loop, so a slow call does not hold the next ones
+        back (a system's own latency must not lower the load it is measured under)."""
         count = int(rate * seconds)
-        failed = 0
+        flight = InFlight()
         t0 = time.time() + 0.05
         for i in range(count):
             await _sleep_until(t0 + i / rate)
-            try:
-                await self.adapter.enqueue(Job(first_seq + i, time.time(), 0.0))
-            except Exception:
-                failed += 1
-        return _phase(first_seq, count, failed, t0, time.time())
+            await flight.issue(lambda seq=first_seq + i: self.adapter.enqueue(Job(seq, time.time(), 0.0)), 1)
+        await flight.wait()
+        return _phase(first_seq, count, flight.failed, t0, time.time())
 
     async def _burst(self, first_seq: int, rate: float, seconds: float, batch: int) -> dict[str, Any]:
-        """Batches of ``batch`` jobs at ``rate`` jobs/s through the bulk API, for ``seconds``: a producer
-        that falls behind sends fewer (the rate it reached is reported)."""
+        """Batches of ``batch`` jobs at ``rate`` jobs/s through the bulk API for ``seconds``, open loop
+        up to MAX_IN_FLIGHT calls; a producer that still falls behind sends fewer (its rate is reported)."""
         count = int(rate * seconds)
-        failed = 0
+        flight = InFlight()
         t0 = time.time() + 0.01
         for start in range(0, count, batch):
             await _sleep_until(t0 + start / rate)
             if time.time() > t0 + seconds:
                 count = start
                 break
-            now = time.time()
-            jobs = [Job(first_seq + i, now, 0.0) for i in range(start, min(count, start + batch))]
-            try:
-                await self.adapter.enqueue_batch(jobs)
-            except Exception:
-                failed += len(jobs)
-        return _phase(first_seq, count, failed, t0, time.time())
+            seqs = range(first_seq + start, first_seq + min(count, start + batch))
+            await flight.issue(
+                lambda seqs=seqs: self.adapter.enqueue_batch([Job(seq, time.time(), 0.0) for seq in seqs]),
+                len(seqs),
+            )
+        await flight.wait()
+        return _phase(first_seq, count, flight.failed, t0, time.time())
 
     async def delay(self, params: dict[str, Any]) -> dict[str, Any]:
         base = self.starts() + WARM_UP_JOBS

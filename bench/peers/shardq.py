@@ -1,4 +1,4 @@
-"""shardq's driver: the blocking ``Client`` (one call per job, ``enqueue_many`` per batch) and
+"""shardq's driver: ``AsyncClient`` (one call per job, ``enqueue_many`` per batch) and
 ``worker_sdk.serve`` workers with an async no-op handler. Runs in the project's own environment;
 the harness starts the dispatcher and passes its address in SHARDQ_TARGET.
 
@@ -28,17 +28,18 @@ class ShardqAdapter(_driver.Adapter):
 
     def __init__(self) -> None:
         self.types = job_types()
-        self.settings = {"client": "Client (blocking gRPC)", "job_types": len(self.types),
+        self.settings = {"client": "AsyncClient (one call per job, enqueue_many per batch)",
+                         "job_types": len(self.types),
                          "worker_concurrency": CONCURRENCY}  # fmt: skip
         self.client: Any = None
 
     async def open(self) -> None:
-        from worker_sdk import Client
+        from worker_sdk import AsyncClient
 
-        self.client = Client(os.environ["SHARDQ_TARGET"])
+        self.client = AsyncClient(os.environ["SHARDQ_TARGET"])
 
     async def close(self) -> None:
-        self.client.close()
+        await self.client.close()
 
     def _spec(self, job: _driver.Job) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.types[job.seq % len(self.types)],
@@ -49,10 +50,10 @@ class ShardqAdapter(_driver.Adapter):
 
     async def enqueue(self, job: _driver.Job) -> None:
         spec = self._spec(job)
-        self.client.enqueue(spec.pop("type"), spec.pop("payload"), **spec)
+        await self.client.enqueue(spec.pop("type"), spec.pop("payload"), **spec)
 
     async def enqueue_batch(self, jobs: list[_driver.Job]) -> None:
-        self.client.enqueue_many([self._spec(job) for job in jobs])
+        await self.client.enqueue_many([self._spec(job) for job in jobs])
 
     def worker_commands(self, processes: int) -> list[list[str]]:
         return [[sys.executable, "-m", "bench.peers.shardq", "worker"] for _ in range(processes)]

@@ -52,11 +52,14 @@ def render(results: dict[str, Any]) -> str:
 
 def _notes(results: dict[str, Any]) -> list[str]:
     machine = results["machine"]
+    source = results.get("shardq_source", {})
     notes = [
         f"Machine: {machine['cpu_model']}, {machine['cores']} cores, {machine['memory_gib']} GiB, "
         f"{machine['os']}, Python {machine['python']}, Node {machine['node']}.",
         f"Run: `{results['command']}`, {results['started_at']} to {results.get('finished_at', '?')}"
         + (" (quick sizes)." if results["quick"] else "."),
+        f"shardq measured at commit {source.get('commit', '?')}"
+        + (" with uncommitted changes." if source.get("uncommitted_changes") else "."),
         "↑ higher is better, ↓ lower is better; the last column is shardq (PostgreSQL store) divided by the "
         "best peer on that row; — means not measured for that system (shardq-sqlite runs ingest only; "
         "scale and dispatcher RSS are shardq's).",

@@ -10,6 +10,7 @@ const { STARTS_KEY, nowSeconds } = require('./probe');
 const { connection, QUEUE, CONCURRENCY, DEFAULT_JOB_OPTIONS } = require('./settings');
 
 const WARM_UP_JOBS = 4;
+const MAX_IN_FLIGHT = 64;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const sleepUntil = (t) => sleep(Math.max(0, (t - nowSeconds()) * 1000));
 
@@ -163,33 +164,41 @@ class Driver {
     }
   }
 
+  // One job per call on a fixed schedule, open loop (see InFlight).
   async steady(firstSeq, rate, seconds) {
     const count = Math.floor(rate * seconds);
-    let failed = 0;
+    const flight = new InFlight();
     const t0 = nowSeconds() + 0.05;
     for (let i = 0; i < count; i++) {
       await sleepUntil(t0 + i / rate);
-      try { await this.enqueue(firstSeq + i, nowSeconds(), 0); } catch { failed += 1; }
+      await flight.issue(() => this.enqueue(firstSeq + i, nowSeconds(), 0), 1);
     }
-    return phase(firstSeq, count, failed, t0, nowSeconds());
+    await flight.wait();
+    return phase(firstSeq, count, flight.failed, t0, nowSeconds());
   }
 
+  // Batches through addBulk at `rate` for `seconds`, open loop; a producer that still falls behind
+  // sends fewer (the rate it reached is reported).
   async burst(firstSeq, rate, seconds, batch) {
     let count = Math.floor(rate * seconds);
-    let failed = 0;
+    const flight = new InFlight();
     const t0 = nowSeconds() + 0.01;
     for (let start = 0; start < count; start += batch) {
       await sleepUntil(t0 + start / rate);
       if (nowSeconds() > t0 + seconds) {
-        count = start;  // a producer that falls behind sends fewer; the rate it reached is reported
+        count = start;
         break;
       }
-      const now = nowSeconds();
-      const list = [];
-      for (let i = start; i < Math.min(count, start + batch); i++) list.push([firstSeq + i, now, 0]);
-      try { await this.enqueueBatch(list); } catch { failed += list.length; }
+      const stop = Math.min(count, start + batch);
+      await flight.issue(() => {
+        const now = nowSeconds();
+        const list = [];
+        for (let i = start; i < stop; i++) list.push([firstSeq + i, now, 0]);
+        return this.enqueueBatch(list);
+      }, stop - start);
     }
-    return phase(firstSeq, count, failed, t0, nowSeconds());
+    await flight.wait();
+    return phase(firstSeq, count, flight.failed, t0, nowSeconds());
   }
 
   async delay(p) {
@@ -214,6 +223,25 @@ class Driver {
     } finally {
       await this.stopWorkers(workers);
     }
+  }
+}
+
+// Calls issued without waiting for the ones before them, at most MAX_IN_FLIGHT at a time, so a
+// system's own latency does not lower the load it is measured under.
+class InFlight {
+  constructor() {
+    this.pending = new Set();
+    this.failed = 0;
+  }
+
+  async issue(call, jobs) {
+    while (this.pending.size >= MAX_IN_FLIGHT) await Promise.race(this.pending);
+    const promise = call().catch(() => { this.failed += jobs; }).finally(() => this.pending.delete(promise));
+    this.pending.add(promise);
+  }
+
+  async wait() {
+    await Promise.all(this.pending);
   }
 }
 
