@@ -295,7 +295,7 @@ class Dispatcher:
             self.writer.record(t.shard, transition_update(t, now, error=LEASE_EXPIRED_ERROR))
             self.after_transition(t)
             self.counters["expired"] += 1
-            self.metrics_finished(t, t.job_type, "expire")
+        self.metrics_finished([(t, t.job_type) for t in transitions], "expire")
 
     def background(self, task: asyncio.Future[Any]) -> None:
         """Keep a reference to a fire-and-forget task until it ends (the loop only keeps weak ones)."""
@@ -313,22 +313,20 @@ class Dispatcher:
 
     def metrics_leased(self, grants: Sequence[Grant]) -> None:
         self.counters["leased"] += len(grants)
-        now = wall_ms()
-        for g in grants:
-            metrics.observe_lease(g.type, int(g.priority), g.enqueued_at_ms, g.run_at_ms, g.attempt, now)
+        metrics.observe_leases(
+            ((g.type, int(g.priority), g.enqueued_at_ms, g.run_at_ms, g.attempt) for g in grants), wall_ms()
+        )
 
-    def metrics_finished(self, t: Transition, job_type: str = "", how: str = "") -> None:
-        """Count a transition: how is "ack", "nack" or "expire"."""
-        self.counters[str(t.state)] += 1
-        label = metrics.type_label(job_type or "unknown")
-        if how == "ack":
-            metrics.ACKED.labels(label).inc()
-        elif how == "nack":
-            metrics.NACKED.labels(label).inc()
-        elif how == "expire":
-            metrics.EXPIRED.labels(label).inc()
-        if t.state is JobState.DEAD:
-            metrics.DEAD.labels(label, t.dead_reason or "unknown").inc()
+    def metrics_finished(self, finished: Sequence[tuple[Transition, str]], how: str) -> None:
+        """Count transitions, given with their job types: how is "ack", "nack" or "expire"."""
+        counter = {"ack": metrics.ACKED, "nack": metrics.NACKED, "expire": metrics.EXPIRED}[how]
+        labels = [(metrics.type_label(job_type or "unknown"), t) for t, job_type in finished]
+        self.counters.update(str(t.state) for t, _ in finished)
+        metrics.count(counter, ((label,) for label, _ in labels))
+        metrics.count(
+            metrics.DEAD,
+            ((label, t.dead_reason or "unknown") for label, t in labels if t.state is JobState.DEAD),
+        )
 
     async def close_session(self, session: WorkerSession) -> None:
         """The stream ended. Unless we are shutting down (the worker will reclaim its leases from the

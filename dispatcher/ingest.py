@@ -19,7 +19,7 @@ from shardmap import shard_for
 from . import metrics
 from .clock import wall_ms
 from .errors import REDIS_DOWN, InvalidArgument, NotOwner, StoreUnavailable
-from .ids import new_job_id
+from .ids import new_job_ids
 from .ownership import Ownership
 from .records import JobRecord
 from .states import JobState, Priority
@@ -118,14 +118,15 @@ class Ingestor:
         self.commit = GroupCommit(store)
 
     async def enqueue(self, jobs: Sequence[ValidJob], now: int) -> list[tuple[str, bool]]:
+        shards = {t: shard_for(t, self.shard_count) for t in {j.type for j in jobs}}
         rows = [
             JobRow(
-                id=new_job_id(),
+                id=job_id,
                 type=j.type,
-                shard=shard_for(j.type, self.shard_count),
+                shard=shards[j.type],
                 priority=int(j.priority),
                 payload=j.payload,
-                status=str(JobState.DELAYED if j.run_at_ms > now else JobState.READY),
+                status=JobState.DELAYED.value if j.run_at_ms > now else JobState.READY.value,
                 run_at=j.run_at_ms,
                 lease_until=None,
                 attempts=0,
@@ -142,26 +143,24 @@ class Ingestor:
                 finished_at=None,
                 updated_at=now,
             )
-            for j in jobs
+            for job_id, j in zip(new_job_ids(len(jobs)), jobs, strict=True)
         ]
         results = await self.commit.insert(rows)
-        for row, (_, created) in zip(rows, results, strict=True):
-            if created:
-                metrics.ENQUEUED.labels(metrics.type_label(row.type)).inc()
+        created = [row for row, (_, new) in zip(rows, results, strict=True) if new]
+        metrics.count(metrics.ENQUEUED, ((metrics.type_label(row.type),) for row in created))
         by_shard: dict[int, list[NewJob]] = defaultdict(list)
-        for row, (job_id, created) in zip(rows, results, strict=True):
-            if created:
-                record = JobRecord(
-                    type=row.type,
-                    priority=Priority(row.priority),
-                    state=JobState.DELAYED,
-                    run_at_ms=row.run_at,
-                    enqueued_at_ms=now,
-                    max_attempts=row.max_attempts,
-                    lease_ttl_ms=row.lease_ttl_ms,
-                    idempotency_key=row.idem_key or "",
-                )
-                by_shard[row.shard].append(NewJob(job_id, record, row.payload))
+        for row in created:
+            record = JobRecord(
+                type=row.type,
+                priority=Priority(row.priority),
+                state=JobState.DELAYED,
+                run_at_ms=row.run_at,
+                enqueued_at_ms=now,
+                max_attempts=row.max_attempts,
+                lease_ttl_ms=row.lease_ttl_ms,
+                idempotency_key=row.idem_key or "",
+            )
+            by_shard[row.shard].append(NewJob(row.id, record, row.payload))
         await asyncio.gather(*(self.push(shard, new) for shard, new in by_shard.items()))
         return results
 

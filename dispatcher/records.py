@@ -32,11 +32,12 @@ class JobRecord:
     cancel_requested: bool = False  # c
     dead_reason: str = ""  # z: why it is dead (for a new owner that finds it unrecorded in the DB)
 
-    def pack(self) -> bytes:
+    def pack(self, state: JobState | None = None) -> bytes:
+        """msgpack of the record; ``state`` replaces its state (a new job's is decided when queued)."""
         data: dict[str, Any] = {
             "t": self.type,
             "p": int(self.priority),
-            "s": str(self.state),
+            "s": str(state or self.state),
             "r": self.run_at_ms,
             "e": self.enqueued_at_ms,
             "m": self.max_attempts,

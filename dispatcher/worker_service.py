@@ -189,6 +189,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 result = None
             items.append((job_id, token, shard, result))
         now = wall_ms()
+        acked = []
         for shard, group in _by_shard(items).items():
             results = await self.app.working_set.ack(shard, now, [(i, t) for i, t, *_ in group])
             for (job_id, token, _, result), t in zip(group, results, strict=True):
@@ -198,8 +199,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
                 self.app.writer.record(shard, transition_update(t, now, result=result))
-                self.app.metrics_finished(t, job_type, "ack")
+                acked.append((t, job_type))
                 session.log.debug("job acked", job=job_id, type=job_type, shard=shard, attempt=t.attempts)
+        self.app.metrics_finished(acked, "ack")
 
     async def _nack(self, session: WorkerSession, nacks: pb.Nacks) -> None:
         shards = self.app.settings.shard_count
@@ -233,7 +235,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     continue
                 self.app.writer.record(shard, transition_update(t, now, error=error or "error"))
                 self.app.after_transition(t)
-                self.app.metrics_finished(t, job_type, "nack")
+                self.app.metrics_finished([(t, job_type)], "nack")
                 session.log.info(
                     "job nacked",
                     job=job_id,

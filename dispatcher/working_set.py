@@ -100,14 +100,17 @@ class WorkingSet:
     async def enqueue(self, shard: int, epoch: int, now: int, jobs: Sequence[NewJob]) -> list[int]:
         """Returns per job 0 (already present), 1 (ready) or 2 (delayed)."""
         k = ShardKeys(shard)
-        ready_keys: dict[str, int] = {}
-        args: list[Any] = [epoch, now]
+        groups: dict[tuple[str, int], int] = {}  # (type, class) -> 1-based group
+        job_args: list[Any] = []
         for job in jobs:
-            rk = k.ready(job.record.type, job.record.priority)
-            idx = ready_keys.setdefault(rk, len(ready_keys) + 1)
-            args += [job.id, job.record.pack(), job.payload, idx]
-        keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.seq, k.types, *ready_keys]
-        result = await self.scripts.enqueue(keys=keys, args=args)
+            rec = job.record
+            group = groups.setdefault((rec.type, int(rec.priority)), len(groups) + 1)
+            state = JobState.READY if rec.run_at_ms <= now else JobState.DELAYED
+            job_args += [job.id, rec.pack(state), job.payload, group, rec.run_at_ms]
+        keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.seq, k.types]
+        keys += [k.ready(job_type, cls) for job_type, cls in groups]
+        header = [epoch, now, len(groups), *(x for group in groups for x in group)]
+        result = await self.scripts.enqueue(keys=keys, args=header + job_args)
         _check_owner(result, shard)
         return [int(x) for x in result]
 

@@ -2,21 +2,34 @@
 Input:  KEYS[1] jobs, KEYS[2] payloads, KEYS[3] leased, KEYS[4] counts; ARGV[1] now (ms), then pairs: id, token
 Output: per pair 4 entries: ok (1, or 0 for a stale token), attempts, failures, expirations
   The record stays (state succeeded) until the status is committed to the DB, then forget_jobs removes it.
+  The writes are made once for the batch.
 ]]
 --- @include "record"
 local out = {}
+local done, records, seen = {}, {}, {}
+local ended = {}  -- type -> class -> leases that ended
 for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  local rec = load_job(KEYS[1], id)
-  if holds(rec, token) then
-    redis.call('ZREM', KEYS[3], id)
-    redis.call('HDEL', KEYS[2], id)
-    set_state(KEYS[4], rec, 'succeeded')
+  local rec = not seen[id] and load_job(KEYS[1], id)
+  if rec and holds(rec, token) then
+    seen[id] = true
+    ended[rec.t] = ended[rec.t] or {}
+    ended[rec.t][rec.p] = (ended[rec.t][rec.p] or 0) + 1
+    rec.s = 'succeeded'
     rec.k = nil
-    save_job(KEYS[1], id, rec)
+    done[#done + 1] = id
+    records[#records + 1] = id; records[#records + 1] = cmsgpack.pack(rec)
     out[#out + 1] = 1; out[#out + 1] = rec.a; out[#out + 1] = rec.f or 0; out[#out + 1] = rec.x or 0
   else
     out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = 0
+  end
+end
+if #done > 0 then
+  batched('ZREM', KEYS[3], done)
+  batched('HDEL', KEYS[2], done)
+  batched('HSET', KEYS[1], records)
+  for job_type, classes in pairs(ended) do
+    for class, n in pairs(classes) do add_counts(KEYS[4], job_type, class, 'leased', -n) end
   end
 end
 return out

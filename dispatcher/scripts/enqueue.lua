@@ -1,36 +1,67 @@
 --[[ Add new jobs to a shard.
 Input:
   KEYS[1] meta, KEYS[2] jobs, KEYS[3] payloads, KEYS[4] delayed, KEYS[5] counts, KEYS[6] seq,
-  KEYS[7] types, KEYS[8..] ready sets referenced by index below
-  ARGV[1] epoch, ARGV[2] now (ms), then per job: id, packed record (its state is ignored), payload, ready key index
-          (1-based into KEYS[8..]; the job goes there if run_at <= now, else to delayed)
+  KEYS[7] types, KEYS[7 + g] the ready set of group g
+  ARGV[1] epoch, ARGV[2] now (ms), ARGV[3] number of groups G, then per group: type, class;
+  then per job: id, packed record (its state already 'ready' when run_at <= now, else 'delayed'),
+  payload, group (1-based), run_at (ms)
 Output:
   -1 not owner (stale epoch or shard lost)
   otherwise a table with one entry per job: 0 already present (skipped), 1 ready, 2 delayed
+The writes are gathered and made once per batch (one HSET of all records, one ZADD per set, one
+count per group and state), which is most of the cost of a large batch.
 ]]
 --- @include "record"
 if not owns(KEYS[1], ARGV[1]) then return -1 end
 local now = tonumber(ARGV[2])
+local ngroups = tonumber(ARGV[3])
+local first = 4 + 2 * ngroups
 local out = {}
-for i = 3, #ARGV, 4 do
+local records, payloads, delayed = {}, {}, {}
+local ready = {}  -- group, id, group, id, ... in arrival order
+local added = {}  -- group -> {ready = n, delayed = n}
+local seen = {}
+for i = first, #ARGV, 5 do
   local id = ARGV[i]
-  if redis.call('HEXISTS', KEYS[2], id) == 1 then
+  if seen[id] or redis.call('HEXISTS', KEYS[2], id) == 1 then
     out[#out + 1] = 0
   else
-    local rec = cmsgpack.unpack(ARGV[i + 1])
-    rec.s = nil  -- a new job is counted in no state yet
-    redis.call('HSET', KEYS[3], id, ARGV[i + 2])
-    redis.call('SADD', KEYS[7], rec.t)
-    if rec.r <= now then
-      set_state(KEYS[5], rec, 'ready')
-      redis.call('ZADD', KEYS[7 + tonumber(ARGV[i + 3])], redis.call('INCR', KEYS[6]), id)
+    seen[id] = true
+    local g = tonumber(ARGV[i + 3])
+    local run_at = tonumber(ARGV[i + 4])
+    added[g] = added[g] or {ready = 0, delayed = 0}
+    records[#records + 1] = id; records[#records + 1] = ARGV[i + 1]
+    payloads[#payloads + 1] = id; payloads[#payloads + 1] = ARGV[i + 2]
+    if run_at <= now then
+      ready[#ready + 1] = g; ready[#ready + 1] = id
+      added[g].ready = added[g].ready + 1
       out[#out + 1] = 1
     else
-      set_state(KEYS[5], rec, 'delayed')
-      redis.call('ZADD', KEYS[4], rec.r, id)
+      delayed[#delayed + 1] = ARGV[i + 4]; delayed[#delayed + 1] = id
+      added[g].delayed = added[g].delayed + 1
       out[#out + 1] = 2
     end
-    save_job(KEYS[2], id, rec)
   end
+end
+
+batched('HSET', KEYS[2], records)
+batched('HSET', KEYS[3], payloads)
+batched('ZADD', KEYS[4], delayed)
+-- Ready scores are the shard's sequence in arrival order (oldest first across a worker's types),
+-- reserved once for the batch.
+local seq = redis.call('INCRBY', KEYS[6], #ready / 2) - #ready / 2
+local scored = {}  -- group -> score, id, ...
+for j = 1, #ready, 2 do
+  local g = ready[j]
+  seq = seq + 1
+  scored[g] = scored[g] or {}
+  scored[g][#scored[g] + 1] = seq; scored[g][#scored[g] + 1] = ready[j + 1]
+end
+for g, args in pairs(scored) do batched('ZADD', KEYS[7 + g], args) end
+for g, n in pairs(added) do
+  local job_type, class = ARGV[2 + 2 * g], ARGV[3 + 2 * g]
+  redis.call('SADD', KEYS[7], job_type)
+  add_counts(KEYS[5], job_type, class, 'ready', n.ready)
+  add_counts(KEYS[5], job_type, class, 'delayed', n.delayed)
 end
 return out

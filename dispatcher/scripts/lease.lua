@@ -13,65 +13,115 @@ Output:
     id, token, class, type, attempt, max_attempts, deadline, ttl, idempotency key, run_at, enqueued_at,
     payload
   followed by one last entry: the unfilled picks (a string of class digits, '' when all were filled)
+The ready sets are read a page at a time and written once for the batch, as are the records, the
+leased set and the counts.
 ]]
 --- @include "record"
 if not owns(KEYS[1], ARGV[1]) then return -1 end
 local now = tonumber(ARGV[2])
 local ntypes = tonumber(ARGV[3])
 local picks = ARGV[4]
-local empty = {}
+local page = #picks
 
-local function oldest(class)
+-- The heads of the ready sets, read a page at a time; taken members are removed at the end.
+local heads = {}  -- key -> {items = {member, score, ...}, pos, offset, done}
+local function head(key)
+  local h = heads[key]
+  if not h then
+    h = {items = {}, pos = 1, offset = 0, done = false}
+    heads[key] = h
+  end
+  if h.pos > #h.items and not h.done then
+    h.items = redis.call('ZRANGE', key, h.offset, h.offset + page - 1, 'WITHSCORES')
+    h.pos = 1
+    h.offset = h.offset + #h.items / 2
+    h.done = #h.items / 2 < page
+  end
+  if h.pos > #h.items then return nil end
+  return h.items[h.pos], tonumber(h.items[h.pos + 1])
+end
+
+local empty = {}
+local taken = {}  -- key -> members to remove
+local function take_oldest(class)
   if empty[class] then return nil end
   local best_key, best_id, best_score
   for j = 1, ntypes do
     local key = KEYS[6 + class * ntypes + j]
-    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    if head[1] and (best_score == nil or tonumber(head[2]) < best_score) then
-      best_key, best_id, best_score = key, head[1], tonumber(head[2])
+    local id, score = head(key)
+    if id and (best_score == nil or score < best_score) then
+      best_key, best_id, best_score = key, id, score
     end
   end
-  if not best_key then empty[class] = true end
-  return best_key, best_id
+  if not best_key then
+    empty[class] = true
+    return nil
+  end
+  heads[best_key].pos = heads[best_key].pos + 2
+  taken[best_key] = taken[best_key] or {}
+  taken[best_key][#taken[best_key] + 1] = best_id
+  return best_id, class
 end
 
 local fallback = ARGV[5] == '1'
-local out = {}
+local chosen = {}  -- id, class, id, class, ...
 local unfilled = {}
 for p = 1, #picks do
-  local class = tonumber(string.sub(picks, p, p))
-  local key, id = oldest(class)
-  if not key and fallback then
+  local id, class = take_oldest(tonumber(string.sub(picks, p, p)))
+  if not id and fallback then
     for c = 0, 2 do
-      key, id = oldest(c)
-      if key then class = c; break end
+      id, class = take_oldest(c)
+      if id then break end
     end
   end
-  if not key then
+  if id then
+    chosen[#chosen + 1] = id; chosen[#chosen + 1] = class
+  else
     unfilled[#unfilled + 1] = string.sub(picks, p, p)
     if fallback or (empty[0] and empty[1] and empty[2]) then
       unfilled[#unfilled + 1] = string.sub(picks, p + 1)
       break
     end
   end
-  if key then
-    redis.call('ZREM', key, id)
-    local rec = load_job(KEYS[2], id)
+end
+for key, members in pairs(taken) do batched('ZREM', key, members) end
+
+local out = {}
+if #chosen > 0 then
+  local serial = redis.call('INCRBY', KEYS[6], #chosen / 2) - #chosen / 2
+  local ids = {}
+  for j = 1, #chosen, 2 do ids[#ids + 1] = chosen[j] end
+  local raws = redis.call('HMGET', KEYS[2], unpack(ids))
+  local payloads = redis.call('HMGET', KEYS[3], unpack(ids))
+  local records, leased = {}, {}
+  local moved = {}  -- type -> class -> leases
+  for n, id in ipairs(ids) do
+    local rec = raws[n] and cmsgpack.unpack(raws[n])
     if rec and rec.s == 'ready' then
       -- epoch (unique after Redis loses data) : serial (unique in the shard) : nonce (unguessable, so
       -- holding a token proves the lease was handed to you)
-      local token = ARGV[1] .. ':' .. redis.call('INCR', KEYS[6]) .. ':' .. ARGV[6]
+      local token = ARGV[1] .. ':' .. (serial + n) .. ':' .. ARGV[6]
       rec.a = (rec.a or 0) + 1
       rec.k = token
       rec.d = now + rec.l
-      set_state(KEYS[5], rec, 'leased')
-      save_job(KEYS[2], id, rec)
-      redis.call('ZADD', KEYS[4], rec.d, id)
+      rec.s = 'leased'
+      moved[rec.t] = moved[rec.t] or {}
+      moved[rec.t][rec.p] = (moved[rec.t][rec.p] or 0) + 1
+      records[#records + 1] = id; records[#records + 1] = cmsgpack.pack(rec)
+      leased[#leased + 1] = rec.d; leased[#leased + 1] = id
       local k = #out
-      out[k + 1] = id; out[k + 2] = token; out[k + 3] = class; out[k + 4] = rec.t
+      out[k + 1] = id; out[k + 2] = token; out[k + 3] = chosen[2 * n]; out[k + 4] = rec.t
       out[k + 5] = rec.a; out[k + 6] = rec.m; out[k + 7] = rec.d; out[k + 8] = rec.l
       out[k + 9] = rec.i or ''; out[k + 10] = rec.r; out[k + 11] = rec.e
-      out[k + 12] = redis.call('HGET', KEYS[3], id) or ''
+      out[k + 12] = payloads[n] or ''
+    end
+  end
+  batched('HSET', KEYS[2], records)
+  batched('ZADD', KEYS[4], leased)
+  for job_type, classes in pairs(moved) do
+    for class, n in pairs(classes) do
+      add_counts(KEYS[5], job_type, class, 'ready', -n)
+      add_counts(KEYS[5], job_type, class, 'leased', n)
     end
   end
 end

@@ -117,6 +117,10 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
 
+    async def insert_new_jobs(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Insert NEW_JOB_COLUMNS rows; a row whose idempotency key exists is skipped."""
+        await self.executemany(_INSERT, rows)
+
 
 _UPDATE = (
     "UPDATE jobs SET status = ?, run_at = COALESCE(?, run_at), lease_until = ?, "
@@ -127,9 +131,12 @@ _UPDATE = (
     # must not make it look active again. Only a requeue (requeue_dead) leaves the dead state.
     "WHERE id = ? AND status NOT IN ('succeeded', 'cancelled', 'dead')"
 )
+NEW_JOB_COLUMNS = (
+    "id, type, shard, priority, payload, status, run_at, max_attempts, lease_ttl_ms, idem_key, "
+    "enqueued_at, updated_at"
+)
 _INSERT = (
-    "INSERT INTO jobs (id, type, shard, priority, payload, status, run_at, max_attempts, lease_ttl_ms, "
-    "idem_key, enqueued_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    f"INSERT INTO jobs ({NEW_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 
 
@@ -204,8 +211,7 @@ class Store(ScheduleQueries, abc.ABC):
         """Insert new jobs in one transaction. Returns (id, created) in order: a job whose
         idempotency key exists gets the existing job's id and created=False."""
         async with self.transaction() as tx:
-            await tx.executemany(
-                _INSERT,
+            await tx.insert_new_jobs(
                 [
                     (
                         r.id,

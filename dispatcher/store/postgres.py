@@ -12,7 +12,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from ..clock import wall_ms
 from ..errors import StoreUnavailable
 from ..redaction import redact
-from .base import Store, StoreUpdate, Tx
+from .base import NEW_JOB_COLUMNS, Store, StoreUpdate, Tx
 
 # One statement for a whole batch of status updates (executemany would be a round trip per row);
 # the same rules as base._UPDATE.
@@ -30,6 +30,21 @@ _UPDATE_MANY = (
     "started_at, finished_at) "
     "WHERE jobs.id = v.id AND jobs.status NOT IN ('succeeded', 'cancelled', 'dead')"
 )
+
+
+# Binary COPY is about twice as fast as one INSERT of the batch and costs a third of its client CPU;
+# it cannot skip conflicts, so batches with idempotency keys take the INSERT.
+_NEW_JOB_TYPES = (
+    *("text", "text", "int4", "int2", "bytea", "text"),
+    *("int8", "int4", "int4", "text", "int8", "int8"),
+)
+_COPY_NEW_JOBS = f"COPY jobs ({NEW_JOB_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+_INSERT_NEW_JOBS = (
+    f"INSERT INTO jobs ({NEW_JOB_COLUMNS}) SELECT * FROM unnest("
+    + ", ".join(f"%b::{t}[]" for t in _NEW_JOB_TYPES)
+    + ") ON CONFLICT DO NOTHING"
+)
+_IDEM_KEY = 9  # its index in NEW_JOB_COLUMNS
 
 
 def _pg(sql: str) -> str:
@@ -52,6 +67,17 @@ class _PgTx(Tx):
         if rows:
             async with self.conn.cursor() as cur:
                 await cur.executemany(_pg(sql), rows)
+
+    async def insert_new_jobs(self, rows: Sequence[Sequence[Any]]) -> None:
+        if not rows:
+            return
+        if any(row[_IDEM_KEY] is not None for row in rows):
+            await self.conn.execute(_INSERT_NEW_JOBS, [list(column) for column in zip(*rows, strict=True)])
+            return
+        async with self.conn.cursor() as cur, cur.copy(_COPY_NEW_JOBS) as copy:
+            copy.set_types(list(_NEW_JOB_TYPES))
+            for row in rows:
+                await copy.write_row(row)
 
 
 class PostgresStore(Store):

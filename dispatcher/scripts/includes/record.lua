@@ -12,13 +12,18 @@ end
 
 local COUNTED = {delayed = true, ready = true, leased = true}
 
-local function count(counts, rec, state, delta)
-  if COUNTED[state] then
-    local field = rec.t .. '|' .. rec.p .. '|' .. state
-    if redis.call('HINCRBY', counts, field, delta) <= 0 then
+-- n jobs of one type and class entering (n > 0) or leaving (n < 0) a counted state.
+local function add_counts(counts, job_type, class, state, n)
+  if n ~= 0 and COUNTED[state] then
+    local field = job_type .. '|' .. class .. '|' .. state
+    if redis.call('HINCRBY', counts, field, n) <= 0 then
       redis.call('HDEL', counts, field)
     end
   end
+end
+
+local function count(counts, rec, state, delta)
+  add_counts(counts, rec.t, rec.p, state, delta)
 end
 
 -- The one place a record changes state: keeps the counts in step.
@@ -34,4 +39,12 @@ end
 
 local function holds(rec, token)
   return rec ~= nil and rec.s == 'leased' and rec.k == token
+end
+
+-- Commands take at most this many arguments at a time (Lua's unpack has a stack limit).
+local BATCH_ARGS = 4000
+local function batched(command, key, args)
+  for j = 1, #args, BATCH_ARGS do
+    redis.call(command, key, unpack(args, j, math.min(j + BATCH_ARGS - 1, #args)))
+  end
 end
