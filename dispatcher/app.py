@@ -297,6 +297,12 @@ class Dispatcher:
             self.counters["expired"] += 1
         self.metrics_finished([(t, t.job_type) for t in transitions], "expire")
 
+    def lease_deadline(self, shard: int, deadline_ms: int) -> None:
+        """Leases were granted: the shard's reaper looks again by their earliest deadline."""
+        reaper = self.reapers.get(shard)
+        if reaper is not None:
+            reaper.wake(deadline_ms)
+
     def background(self, task: asyncio.Future[Any]) -> None:
         """Keep a reference to a fire-and-forget task until it ends (the loop only keeps weak ones)."""
         self._background.add(task)

@@ -10,7 +10,7 @@ falls back to the highest non-empty class when a picked class has nothing ready.
 from __future__ import annotations
 
 from .config import FairnessPolicy
-from .states import Priority
+from .states import PRIORITIES, Priority
 
 
 class FairPicker:
@@ -21,13 +21,19 @@ class FairPicker:
     def picks(self, n: int) -> list[Priority]:
         if self.policy.strict:
             return [Priority.HIGH] * n
-        weights = self.policy.weights
-        total = sum(weights)
+        w0, w1, w2 = self.policy.weights
+        total = w0 + w1 + w2
+        current = self._current
         out = []
-        for _ in range(n):
-            for i, w in enumerate(weights):
-                self._current[i] += w
-            best = max(range(3), key=lambda i: self._current[i])
-            self._current[best] -= total
-            out.append(Priority(best))
+        for _ in range(n):  # smooth weighted round robin; ties go to the higher class
+            current[0] += w0
+            current[1] += w1
+            current[2] += w2
+            best = (
+                0
+                if current[0] >= current[1] and current[0] >= current[2]
+                else (1 if current[1] >= current[2] else 2)
+            )
+            current[best] -= total
+            out.append(PRIORITIES[best])
         return out

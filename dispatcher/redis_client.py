@@ -76,6 +76,7 @@ DEFAULT_PORT = 6379
 SOCKET_CONNECT_TIMEOUT_S = 5.0
 SOCKET_TIMEOUT_S = 10.0
 HEALTH_CHECK_INTERVAL_S = 10
+MAX_CONNECTIONS = 64  # per process
 RETRIES = 3
 BACKOFF_BASE_S = 0.05
 BACKOFF_CAP_S = 0.5
@@ -114,8 +115,12 @@ def connect(url: str, client_name: str | None = None) -> Any:
             f"unsupported Redis URL scheme {scheme!r}: use redis://, rediss://, unix://, "
             "redis+cluster:// or rediss+cluster://"
         )
-    client = aioredis.Redis.from_url(
+    # A blocking pool: when every connection is busy (all shards' loops start at once) a command
+    # waits for one instead of failing with "Too many connections".
+    pool = aioredis.BlockingConnectionPool.from_url(
         url,
+        max_connections=MAX_CONNECTIONS,
+        timeout=SOCKET_TIMEOUT_S,
         decode_responses=False,
         socket_connect_timeout=SOCKET_CONNECT_TIMEOUT_S,
         socket_timeout=SOCKET_TIMEOUT_S,
@@ -124,9 +129,8 @@ def connect(url: str, client_name: str | None = None) -> Any:
         retry=retry_policy(),
         client_name=client_name,  # CLIENT LIST shows which dispatcher a connection belongs to
     )
-    pool = client.connection_pool  # no connection exists yet: the class is what it will make
-    pool.connection_class = _with_c_packer(pool.connection_class)
-    return client
+    pool.connection_class = _with_c_packer(pool.connection_class)  # no connection exists yet
+    return aioredis.Redis.from_pool(pool)  # closing the client closes the pool
 
 
 @cache

@@ -194,6 +194,7 @@ class WorkerSession:
             await self.app.release_leases([(g.id, g.token, g.shard) for g in grants])
             return 0, []
         self.credit -= len(grants)
+        self.app.lease_deadline(shard, min(g.deadline_ms for g in grants))
         now = wall_ms()
         for g in grants:
             self.hold(g.id, g.token, g.shard)

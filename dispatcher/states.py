@@ -67,3 +67,7 @@ class DeadReason(StrEnum):
     LEASE_EXPIRED = "lease_expired"
     #: The worker that got the job had no handler for its type.
     NO_HANDLER = "no_handler"
+
+
+#: Priority by class number, for hot paths (a tuple index, not an enum lookup).
+PRIORITIES = tuple(Priority)

@@ -13,7 +13,7 @@ from .errors import NotOwner
 from .keys import ShardKeys
 from .records import JobRecord
 from .scripting import Scripts
-from .states import DeadReason, JobState, Priority
+from .states import PRIORITIES, DeadReason, JobState, Priority
 
 _OUTCOMES = {1: JobState.DELAYED, 2: JobState.DEAD, 3: JobState.CANCELLED}
 
@@ -172,25 +172,38 @@ class WorkingSet:
             ],
         )
         _check_owner(result, shard)
-        unfilled = [Priority(int(c)) for c in _s(result[-1])]
+        unfilled = [PRIORITIES[int(c)] for c in _s(result[-1])]
         grants = []
         for i in range(0, len(result) - 1, 12):
-            r = result[i : i + 12]
+            (
+                job_id,
+                token,
+                cls,
+                job_type,
+                attempt,
+                max_attempts,
+                deadline,
+                ttl,
+                key,
+                run_at,
+                enqueued,
+                payload,
+            ) = result[i : i + 12]
             grants.append(
                 Grant(
-                    id=_s(r[0]),
-                    token=_s(r[1]),
-                    shard=shard,
-                    priority=Priority(int(r[2])),
-                    type=_s(r[3]),
-                    attempt=int(r[4]),
-                    max_attempts=int(r[5]),
-                    deadline_ms=int(r[6]),
-                    lease_ttl_ms=int(r[7]),
-                    idempotency_key=_s(r[8]),
-                    run_at_ms=int(r[9]),
-                    enqueued_at_ms=int(r[10]),
-                    payload=r[11] if isinstance(r[11], bytes) else _s(r[11]).encode(),
+                    job_id.decode(),
+                    token.decode(),
+                    shard,
+                    PRIORITIES[cls],
+                    job_type.decode(),
+                    attempt,
+                    max_attempts,
+                    deadline,
+                    ttl,
+                    key.decode(),
+                    run_at,
+                    enqueued,
+                    payload,
                 )
             )
         return grants, unfilled

@@ -73,21 +73,22 @@ class StoreUpdate:
     finished_at: int | None = None
 
     def merged_over(self, older: StoreUpdate) -> StoreUpdate:
-        """This (newer) update, keeping the older one's values where this leaves a column unchanged."""
-        keep = {
-            name: getattr(older, name)
-            for name in (
-                "run_at",
-                "attempts",
-                "failures",
-                "expirations",
-                "last_error",
-                "result",
-                "started_at",
-            )
-            if getattr(self, name) is None
-        }
-        return StoreUpdate(**{**self.__dict__, **keep})
+        """This (newer) update, keeping the older one's values where this leaves a column unchanged
+        (lease_until, dead_reason and finished_at always take the newer value)."""
+        return StoreUpdate(
+            self.id,
+            self.status,
+            older.run_at if self.run_at is None else self.run_at,
+            self.lease_until,
+            older.attempts if self.attempts is None else self.attempts,
+            older.failures if self.failures is None else self.failures,
+            older.expirations if self.expirations is None else self.expirations,
+            older.last_error if self.last_error is None else self.last_error,
+            self.dead_reason,
+            older.result if self.result is None else self.result,
+            older.started_at if self.started_at is None else self.started_at,
+            self.finished_at,
+        )
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ _UPDATE_MANY = (
     "last_error = COALESCE(v.last_error, jobs.last_error), dead_reason = v.dead_reason, "
     "result = COALESCE(v.result, jobs.result), started_at = COALESCE(v.started_at, jobs.started_at), "
     "finished_at = v.finished_at, updated_at = %s "
-    "FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::int[], %s::int[], %s::int[], "
-    "%s::text[], %s::text[], %s::bytea[], %s::bigint[], %s::bigint[]) "
+    # Binary parameters: psycopg dumps the arrays at about half the CPU of text.
+    "FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::int[], %b::int[], %b::int[], "
+    "%b::text[], %b::text[], %b::bytea[], %b::bigint[], %b::bigint[]) "
     "AS v(id, status, run_at, lease_until, attempts, failures, expirations, last_error, dead_reason, result, "
     "started_at, finished_at) "
     "WHERE jobs.id = v.id AND jobs.status NOT IN ('succeeded', 'cancelled', 'dead')"
