@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 
-@dataclass
+@dataclass(slots=True)
 class JobContext:
     """One execution of one job. Handlers must be idempotent: delivery is at-least-once."""
 
@@ -24,16 +23,27 @@ class JobContext:
     max_attempts: int
     #: Priority class: "high", "default" or "low".
     priority: str
-    #: When the current lease ends unless heartbeats extend it (they are automatic).
-    deadline: datetime
+    #: When the current lease ends unless heartbeats extend it (they are automatic), epoch ms.
+    deadline_ms: int
     #: The idempotency key given at enqueue, or "".
     idempotency_key: str
-    #: The time the job was due to run.
-    run_at: datetime
+    #: The time the job was due to run, epoch ms.
+    run_at_ms: int
     #: The lease token: part of the fencing the dispatcher checks on ack.
     token: str
     shard: int
-    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    # A plain flag: nothing waits on it, a sync handler polls it from its thread.
+    _cancelled: bool = field(default=False, repr=False)
+
+    @property
+    def deadline(self) -> datetime:
+        """When the current lease ends unless heartbeats extend it (they are automatic)."""
+        return ms_to_datetime(self.deadline_ms)
+
+    @property
+    def run_at(self) -> datetime:
+        """The time the job was due to run."""
+        return ms_to_datetime(self.run_at_ms)
 
     def json(self) -> Any:
         return json.loads(self.payload) if self.payload else None
@@ -41,7 +51,7 @@ class JobContext:
     @property
     def cancelled(self) -> bool:
         """True once the job was cancelled, or its lease was lost: a sync handler should stop early."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
 
 def ms_to_datetime(ms: int) -> datetime:

@@ -25,7 +25,7 @@ from dispatcher.wakeup import Wakeup
 from shardmap import shard_for
 
 from ._client import CHANNEL_OPTIONS, resolve_security, resolve_target
-from ._context import JobContext, ms_to_datetime
+from ._context import JobContext
 from ._convert import PRIORITY_NAMES
 from ._errors import Retry, ShardqError, SkipRetry
 
@@ -125,6 +125,7 @@ class Worker:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.handlers = dict(handlers)
+        self._is_async = {name: inspect.iscoroutinefunction(h) for name, h in self.handlers.items()}
         self.target = resolve_target(target)
         self.security = resolve_security(**security)
         self._metadata = self.security.metadata
@@ -503,31 +504,32 @@ class Worker:
     # -- jobs ------------------------------------------------------------------------------------
 
     def _start(self, lease: pb.Lease, link: str) -> None:
+        ref = lease.ref
         ctx = JobContext(
-            job_id=lease.ref.job_id,
-            type=lease.type,
-            payload=lease.payload,
-            attempt=lease.attempt,
-            max_attempts=lease.max_attempts,
-            priority=PRIORITY_NAMES.get(lease.priority, "default"),
-            deadline=ms_to_datetime(lease.deadline_ms),
-            idempotency_key=lease.idempotency_key,
-            run_at=ms_to_datetime(lease.run_at_ms),
-            token=lease.ref.token,
-            shard=lease.ref.shard,
+            ref.job_id,
+            lease.type,
+            lease.payload,
+            lease.attempt,
+            lease.max_attempts,
+            PRIORITY_NAMES.get(lease.priority, "default"),
+            lease.deadline_ms,
+            lease.idempotency_key,
+            lease.run_at_ms,
+            ref.token,
+            ref.shard,
         )
         running = _Running(ref=lease.ref, ctx=ctx, ttl_ms=lease.lease_ttl_ms, link=link)
         self._running[ctx.job_id] = running
-        running.task = asyncio.create_task(self._execute(running), name=f"job-{ctx.job_id}")
+        running.task = asyncio.create_task(self._execute(running))
 
     def _cancel(self, ref: pb.LeaseRef) -> None:
         running = self._running.get(ref.job_id)
         if running is None or running.ref.token != ref.token:
             return
         running.cancelled_by_dispatcher = True
-        running.ctx._cancelled.set()
+        running.ctx._cancelled = True
         handler = self.handlers.get(running.ctx.type)
-        if running.task is not None and handler is not None and inspect.iscoroutinefunction(handler):
+        if running.task is not None and handler is not None and self._is_async[running.ctx.type]:
             running.task.cancel()
 
     def _lose(self, job_id: str, reason: str) -> None:
@@ -536,17 +538,16 @@ class Worker:
             return
         self.log.warning("lease lost; the job's result will not be acked", job=job_id, reason=reason)
         running.lost = True
-        running.ctx._cancelled.set()
+        running.ctx._cancelled = True
         handler = self.handlers.get(running.ctx.type)
-        if running.task is not None and handler is not None and inspect.iscoroutinefunction(handler):
+        if running.task is not None and handler is not None and self._is_async[running.ctx.type]:
             running.task.cancel()
 
     async def _execute(self, running: _Running) -> None:
         ctx = running.ctx
         handler = self.handlers.get(ctx.type)
         outcome: pb.Ack | pb.Nack
-        jlog = self.log.bind(job=ctx.job_id, type=ctx.type, shard=ctx.shard, attempt=ctx.attempt)
-        jlog.debug("job started")
+        self.log.debug("job started", job=ctx.job_id, type=ctx.type, shard=ctx.shard, attempt=ctx.attempt)
         try:
             if handler is None:
                 outcome = pb.Nack(lease=running.ref, error=f"no handler for {ctx.type!r}", no_handler=True)
@@ -586,18 +587,24 @@ class Worker:
         if isinstance(outcome, pb.Ack):
             link.acks.append(outcome)
             self.completed += 1
-            jlog.debug("job succeeded")
+            self.log.debug("job succeeded", job=ctx.job_id, type=ctx.type, shard=ctx.shard)
         else:
             link.nacks.append(outcome)
-            jlog.info(
-                "job failed", retryable=outcome.retryable, error=outcome.error.strip().splitlines()[-1:]
+            self.log.info(
+                "job failed",
+                job=ctx.job_id,
+                type=ctx.type,
+                shard=ctx.shard,
+                attempt=ctx.attempt,
+                retryable=outcome.retryable,
+                error=outcome.error.strip().splitlines()[-1:],
             )
         link.wake.set()
         if origin is not None and origin is not link:
             origin.wake.set()
 
     async def _invoke(self, handler: Handler, ctx: JobContext) -> Any:
-        if inspect.iscoroutinefunction(handler):
+        if self._is_async[ctx.type]:
             coro = handler(ctx)
         else:
             coro = asyncio.get_running_loop().run_in_executor(self._pool, handler, ctx)
