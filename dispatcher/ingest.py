@@ -98,6 +98,46 @@ def _fail(
             future.set_exception(exc)
 
 
+class CoalescedPush:
+    """Jobs that concurrent enqueues queue in one shard at the same moment go to Redis in one script
+    call: the callers a group commit releases together resume one after another in the same turn of
+    the event loop, and the call is made once they all have added their jobs."""
+
+    def __init__(self, push: Callable[[int, list[NewJob]], Awaitable[None]]) -> None:
+        self._push = push
+        self._gathering: dict[int, list[tuple[list[NewJob], asyncio.Future[None]]]] = {}
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def push(self, shard: int, jobs: list[NewJob]) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        waiting = self._gathering.get(shard)
+        if waiting is None:
+            waiting = self._gathering[shard] = []
+            loop.call_soon(self._send, shard)
+        waiting.append((jobs, future))
+        await future
+
+    def _send(self, shard: int) -> None:
+        task = asyncio.create_task(self._run(shard, self._gathering.pop(shard)))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _run(self, shard: int, waiting: list[tuple[list[NewJob], asyncio.Future[None]]]) -> None:
+        try:
+            await self._push(shard, [job for jobs, _ in waiting for job in jobs])
+        except BaseException as exc:
+            for _, future in waiting:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            for _, future in waiting:
+                if not future.done():
+                    future.set_result(None)
+
+
 class Ingestor:
     def __init__(
         self,
@@ -116,6 +156,7 @@ class Ingestor:
         self.on_push_failed = on_push_failed  # (shard): reconcile it when Redis is back
         self.hand_off = hand_off  # (shard, jobs): the shard is another process's: give them to its owner
         self.commit = GroupCommit(store)
+        self._coalesced = CoalescedPush(self.push)
 
     async def enqueue(self, jobs: Sequence[ValidJob], now: int) -> list[tuple[str, bool]]:
         shards = {t: shard_for(t, self.shard_count) for t in {j.type for j in jobs}}
@@ -161,7 +202,7 @@ class Ingestor:
                 idempotency_key=row.idem_key or "",
             )
             by_shard[row.shard].append(NewJob(row.id, record, row.payload))
-        await asyncio.gather(*(self.push(shard, new) for shard, new in by_shard.items()))
+        await asyncio.gather(*(self._coalesced.push(shard, new) for shard, new in by_shard.items()))
         return results
 
     async def push(self, shard: int, jobs: list[NewJob]) -> None:

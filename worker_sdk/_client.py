@@ -15,6 +15,7 @@ from dispatcher.tls import ChannelSecurity
 
 from ._convert import STATUS_NAMES, JobInfo, QueueStats, dead_filter, job_spec
 from ._errors import from_rpc_error
+from ._pipelining import EnqueuePipeline
 from ._schedules import Schedule, ScheduleInfo, schedule_from
 
 DEFAULT_TARGET = "127.0.0.1:7070"
@@ -202,6 +203,7 @@ class AsyncClient:
         self._channel = self.security.aio_channel(self.target, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.JobServiceStub(self._channel)
         self._schedules = pb_grpc.ScheduleServiceStub(self._channel)
+        self._pipeline = EnqueuePipeline(self._enqueue_one, self._enqueue_specs)
 
     async def _call(self, method: str, request: Any, stub: Any = None) -> Any:
         try:
@@ -212,12 +214,18 @@ class AsyncClient:
             raise from_rpc_error(exc) from None
 
     async def enqueue(self, job_type: str, payload: Any = None, **options: Any) -> str:
-        response = await self._call("Enqueue", pb.EnqueueRequest(job=job_spec(job_type, payload, **options)))
-        return str(response.job_id)
+        """Enqueue one job; returns its id once it is committed. Calls made concurrently (in the same
+        turn of the event loop) share one round trip; each still gets its own id or error."""
+        return await self._pipeline.enqueue(job_spec(job_type, payload, **options))
 
     async def enqueue_many(self, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
-        response = await self._call("EnqueueMany", pb.EnqueueManyRequest(jobs=_specs(jobs)))
-        return list(response.job_ids)
+        return await self._enqueue_specs(_specs(jobs))
+
+    async def _enqueue_one(self, spec: pb.JobSpec) -> str:
+        return str((await self._call("Enqueue", pb.EnqueueRequest(job=spec))).job_id)
+
+    async def _enqueue_specs(self, specs: list[pb.JobSpec]) -> list[str]:
+        return list((await self._call("EnqueueMany", pb.EnqueueManyRequest(jobs=specs))).job_ids)
 
     async def get_job(self, job_id: str) -> JobInfo:
         return JobInfo.from_pb(await self._call("GetJob", pb.GetJobRequest(job_id=job_id)))

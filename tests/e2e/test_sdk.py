@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from tests.support.wait import wait_for
-from worker_sdk import AsyncClient, JobContext, Retry, SkipRetry, serve
+from worker_sdk import AsyncClient, InvalidArgumentError, JobContext, Retry, SkipRetry, serve
+from worker_sdk._pipelining import EnqueuePipeline
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
@@ -77,3 +82,44 @@ async def test_jobs_go_only_to_workers_that_declared_their_type(dispatcher):
 
 async def _status(client: AsyncClient, job_id: str, status: str) -> bool:
     return (await client.get_job(job_id)).status == status
+
+
+async def test_concurrent_enqueues_share_round_trips_and_keep_their_own_errors(dispatcher):
+    """Calls made in the same turn of the event loop travel in one EnqueueMany; a job the dispatcher
+    refuses fails only its own call (the batch is sent again one job per call)."""
+    client = AsyncClient(dispatcher.target)
+    round_trips: Counter[str] = Counter()
+
+    def counted(name: str, call: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        async def wrapper(arg: Any) -> Any:
+            round_trips[name] += 1
+            return await call(arg)
+
+        return wrapper
+
+    client._pipeline = EnqueuePipeline(
+        counted("Enqueue", client._enqueue_one), counted("EnqueueMany", client._enqueue_specs)
+    )
+    try:
+        ids = await asyncio.gather(*(client.enqueue("noop.pipe", {"i": i}) for i in range(50)))
+        assert len(set(ids)) == 50 and round_trips == {"EnqueueMany": 1}
+        assert [(await client.get_job(i)).type for i in ids] == ["noop.pipe"] * 50
+
+        round_trips.clear()
+        outcomes = await asyncio.gather(
+            client.enqueue("noop.pipe", {"i": "a"}),
+            client.enqueue("", {"i": "bad"}),  # refused by the dispatcher: an empty type
+            client.enqueue("noop.pipe", {"i": "b"}),
+            return_exceptions=True,
+        )
+        assert isinstance(outcomes[1], InvalidArgumentError) and "type" in str(outcomes[1])
+        good = [o for i, o in enumerate(outcomes) if i != 1]
+        assert all(isinstance(o, str) for o in good)
+        assert [json.loads((await client.get_job(i)).payload) for i in good] == [{"i": "a"}, {"i": "b"}]
+        assert round_trips == {"EnqueueMany": 1, "Enqueue": 3}
+
+        round_trips.clear()
+        await client.enqueue("noop.pipe")  # alone: a plain Enqueue
+        assert round_trips == {"Enqueue": 1}
+    finally:
+        await client.close()
