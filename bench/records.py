@@ -36,6 +36,12 @@ def read_starts(client: redis.Redis) -> list[Start]:
     return sorted(first.values(), key=lambda s: s.t_started)
 
 
+def duplicate_starts(client: redis.Redis) -> int:
+    """Starts beyond each job's first: deliveries after the first (at-least-once at work)."""
+    seqs = [raw.split(b" ", 1)[0] for raw in client.lrange(STARTS_KEY, 0, -1)]
+    return len(seqs) - len(set(seqs))
+
+
 def in_range(starts: list[Start], phase: dict[str, Any]) -> list[Start]:
     return [s for s in starts if phase["seq_start"] <= s.seq < phase["seq_end"]]
 

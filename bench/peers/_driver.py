@@ -123,9 +123,15 @@ class Driver:
     def __init__(self, adapter: Adapter) -> None:
         self.adapter = adapter
         self.redis = redis.Redis.from_url(os.environ[REDIS_URL_ENV])
+        self.records_read = 0
+        self.started: set[bytes] = set()
 
     def starts(self) -> int:
-        return int(self.redis.llen(STARTS_KEY))
+        """Jobs started so far, each counted once (a job delivered twice is recorded twice)."""
+        fresh = self.redis.lrange(STARTS_KEY, self.records_read, -1)
+        self.records_read += len(fresh)
+        self.started.update(record.split(b" ", 1)[0] for record in fresh)
+        return len(self.started)
 
     async def wait_starts(self, count: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

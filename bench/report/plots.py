@@ -60,8 +60,12 @@ def _latency_cdfs(plt: Any, path: Path, samples: dict[str, dict[str, list[float]
     names = sorted({name for per_system in samples.values() for name in per_system})
     if not names:
         return False
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4.5), squeeze=False)
-    for ax, name in zip(axes[0], names, strict=True):
+    columns = min(2, len(names))
+    rows = -(-len(names) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(6.5 * columns, 4.5 * rows), squeeze=False)
+    for ax in axes.flat[len(names) :]:
+        ax.set_visible(False)
+    for ax, name in zip(axes.flat, names, strict=False):
         for system, per_system in samples.items():
             values = sorted(max(v, 0.01) for v in per_system.get(name, []))
             if values:

@@ -3,7 +3,7 @@ workers; start lag = start time - due time."""
 
 from __future__ import annotations
 
-from ..records import in_range, lag_summary, read_starts
+from ..records import duplicate_starts, in_range, lag_summary, read_starts
 from .context import Outcome, ScenarioContext
 
 
@@ -16,7 +16,8 @@ def run(ctx: ScenarioContext) -> Outcome:
         timeout = s.instant_lead_s + s.timeout_s + s.sequential_jobs * (s.sequential_delay_s + 10) + 120
         result = stack.call("delay", params, timeout)
         starts = read_starts(ctx.redis.client)  # type: ignore[arg-type]
-    figures = {"complete": result["complete"]}
+        duplicates = duplicate_starts(ctx.redis.client)  # type: ignore[arg-type]
+    figures = {"complete": result["complete"], "duplicate_starts": duplicates}
     samples = {}
     for name in ("instant", "sequential"):
         mine = in_range(starts, result[name])

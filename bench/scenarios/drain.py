@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..records import read_starts, start_rate
+from ..records import duplicate_starts, read_starts, start_rate
 from .context import Outcome, ScenarioContext
 
 
@@ -13,6 +13,7 @@ def run(ctx: ScenarioContext) -> Outcome:
     with ctx.stack() as stack:
         result = stack.call("drain", params, sizes.timeout_s + 120)
         starts = read_starts(ctx.redis.client)  # type: ignore[arg-type]
+        duplicates = duplicate_starts(ctx.redis.client)  # type: ignore[arg-type]
     return Outcome(
         {
             "jobs": sizes.drain_jobs,
@@ -20,5 +21,6 @@ def run(ctx: ScenarioContext) -> Outcome:
             "complete": result["complete"] and len(starts) == sizes.drain_jobs,
             "jobs_per_s": start_rate(starts),
             "worker_processes": sizes.worker_processes,
+            "duplicate_starts": duplicates,
         }
     )

@@ -6,7 +6,7 @@ reached, and how long after the burst's last enqueue the last of its jobs starte
 
 from __future__ import annotations
 
-from ..records import in_range, lag_summary, read_starts
+from ..records import duplicate_starts, in_range, lag_summary, read_starts
 from .context import Outcome, ScenarioContext
 
 
@@ -18,7 +18,8 @@ def run(ctx: ScenarioContext) -> Outcome:
     with ctx.stack() as stack:
         result = stack.call("latency", params, s.steady_seconds + s.burst_seconds + s.backlog_timeout_s + 120)
         starts = read_starts(ctx.redis.client)  # type: ignore[arg-type]
-    figures = {"complete": result["complete"]}
+        duplicates = duplicate_starts(ctx.redis.client)  # type: ignore[arg-type]
+    figures = {"complete": result["complete"], "duplicate_starts": duplicates}
     samples = {}
     for name in ("steady", "burst"):
         phase = result[name]

@@ -17,11 +17,12 @@ def run(ctx: ScenarioContext) -> Outcome:
     s = ctx.sizes
     figures: dict[str, Any] = {"lease_jobs": s.scale_lease_jobs}
     lease = {"jobs": s.scale_lease_jobs, "processes": s.worker_processes, "timeout": s.timeout_s}
-    pending = 0
+    pending = filled = 0  # job numbers stay unique across both fills
     with ctx.stack() as stack:
         for name, size in (("small", s.scale_small_pending), ("large", s.scale_large_pending)):
             t0 = time.perf_counter()
-            fill = {"jobs": size - pending, "batch": s.batch, "first_seq": pending}
+            fill = {"jobs": size - pending, "batch": s.batch, "first_seq": filled}
+            filled += size - pending
             stack.call("fill", fill, s.timeout_s + 900)
             fill_s = time.perf_counter() - t0
             seen = len(read_starts(ctx.redis.client))  # type: ignore[arg-type]

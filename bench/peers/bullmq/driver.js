@@ -17,6 +17,8 @@ const sleepUntil = (t) => sleep(Math.max(0, (t - nowSeconds()) * 1000));
 class Driver {
   constructor() {
     this.redis = new Redis(process.env.BENCH_REDIS_URL);
+    this.recordsRead = 0;
+    this.started = new Set();
     this.queue = new Queue(QUEUE, { connection: connection(), defaultJobOptions: DEFAULT_JOB_OPTIONS });
   }
 
@@ -39,8 +41,12 @@ class Driver {
     await this.queue.addBulk(jobs.map(([seq, t, r]) => this.job(seq, t, r)));
   }
 
+  // Jobs started so far, each counted once (a job delivered twice is recorded twice).
   async starts() {
-    return this.redis.llen(STARTS_KEY);
+    const fresh = await this.redis.lrange(STARTS_KEY, this.recordsRead, -1);
+    this.recordsRead += fresh.length;
+    for (const record of fresh) this.started.add(record.split(' ', 1)[0]);
+    return this.started.size;
   }
 
   async waitStarts(count, timeout) {
