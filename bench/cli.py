@@ -21,7 +21,7 @@ from pathlib import Path
 
 from dispatcher.logs import configure as configure_logs
 
-from .run import Plan, merge, run, write_reports
+from .run import Plan, merge, rewrite, run
 from .sizes import FULL, QUICK
 from .systems import ALL_SCENARIOS, PEERS
 
@@ -36,6 +36,18 @@ def _choices(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
     if unknown:
         raise SystemExit(f"unknown {what}: {', '.join(unknown)} (choose from {', '.join(allowed)})")
     return [a for a in allowed if a in chosen]
+
+
+def _command(argv: list[str]) -> str:
+    """The command as results show it: an output folder outside the repository is not named (a
+    machine's own path means nothing in a committed result)."""
+    shown = list(argv)
+    for i, arg in enumerate(shown[:-1]):
+        if arg == "--out":
+            out = Path(shown[i + 1]).resolve()
+            root = RESULTS.parent.parent
+            shown[i + 1] = str(out.relative_to(root)) if out.is_relative_to(root) else "DIR"
+    return shlex.join(["python", "-m", "bench", *shown])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
         quick=args.quick,
         out=args.out or RESULTS / datetime.now(UTC).date().isoformat(),
         dispatcher_processes=args.dispatcher_processes,
-        command=shlex.join(["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])]),
+        command=_command(argv if argv is not None else sys.argv[1:]),
     )
     configure_logs("warning", "console")  # the embedded Redis' start-up line is noise here
     results = run(plan)
@@ -80,10 +92,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _report(out: Path, other: Path | None) -> None:
-    import json
-
     if other is not None:
         merge(out, other)
     else:
-        write_reports(out, json.loads((out / "results.json").read_text()), {})
+        rewrite(out)
     print(f"rewrote {out / 'results.md'}")

@@ -75,6 +75,11 @@ def write_reports(out: Path, results: dict[str, Any], samples: dict[str, dict[st
     _write_json(out, results)
 
 
+def rewrite(out: Path) -> None:
+    """results.md and the plots again from results.json (and the raw latencies, when kept)."""
+    write_reports(out, json.loads((out / "results.json").read_text()), _load_samples(out))
+
+
 def merge(out: Path, other: Path) -> dict[str, Any]:
     """Fold another run's figures (e.g. one scenario measured again) into ``out``'s results: each
     system's scenarios and errors there replace the same ones here; then the reports are rewritten."""
