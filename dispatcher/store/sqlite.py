@@ -50,20 +50,12 @@ class SqliteStore(Store):
         if self._conn is None:
             raise StoreUnavailable("the SQLite store is closed")
         async with self._lock:
-            if durable != self._durable:
-                # WAL with NORMAL: the commit survives a process crash; only a power loss can undo it.
-                await self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-                self._durable = durable
-            try:
-                await self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if "within a transaction" not in str(exc):
-                    raise StoreUnavailable(f"database unavailable: {exc}") from exc
-                # A transaction abandoned by a cancelled caller: undo it and start ours.
-                await self._conn.execute("ROLLBACK")
-                await self._conn.execute("BEGIN IMMEDIATE")
+            await self._begin(durable)
             try:
                 yield _SqliteTx(self._conn)
+            except sqlite3.OperationalError as exc:  # locked, I/O error: an outage, not bad data
+                await self._conn.execute("ROLLBACK")
+                raise StoreUnavailable(f"database unavailable: {exc}") from exc
             except BaseException:
                 await self._conn.execute("ROLLBACK")
                 raise
@@ -71,6 +63,24 @@ class SqliteStore(Store):
                 await self._conn.execute("COMMIT")
             except sqlite3.OperationalError as exc:
                 await self._conn.execute("ROLLBACK")
+                raise StoreUnavailable(f"database unavailable: {exc}") from exc
+
+    async def _begin(self, durable: bool) -> None:
+        assert self._conn is not None
+        for attempt in range(2):
+            try:
+                if durable != self._durable:
+                    # WAL with NORMAL: the commit survives a process crash; only a power loss can undo it.
+                    await self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                    self._durable = durable
+                await self._conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                # A caller cancelled while its BEGIN or COMMIT waited for the lock leaves the statement
+                # running in the connection's thread, and then a transaction nobody owns: undo it.
+                if attempt == 0 and "transaction" in str(exc):
+                    await self._conn.execute("ROLLBACK")
+                    continue
                 raise StoreUnavailable(f"database unavailable: {exc}") from exc
 
     async def close(self) -> None:
