@@ -50,7 +50,15 @@ class SqliteStore(Store):
         if self._conn is None:
             raise StoreUnavailable("the SQLite store is closed")
         async with self._lock:
-            await self._begin(durable)
+            begin = asyncio.ensure_future(self._begin(durable))
+            try:
+                await asyncio.shield(begin)
+            except asyncio.CancelledError:
+                # The caller is gone, but its BEGIN goes on in the connection's thread (waiting for
+                # the write lock): undo it once it is done, before the next caller uses the connection,
+                # so no transaction is left open holding the lock for every process.
+                await asyncio.shield(self._undo(begin))
+                raise
             try:
                 yield _SqliteTx(self._conn)
             except sqlite3.OperationalError as exc:  # locked, I/O error: an outage, not bad data
@@ -64,6 +72,14 @@ class SqliteStore(Store):
             except sqlite3.OperationalError as exc:
                 await self._conn.execute("ROLLBACK")
                 raise StoreUnavailable(f"database unavailable: {exc}") from exc
+
+    async def _undo(self, begin: asyncio.Future[None]) -> None:
+        assert self._conn is not None
+        try:
+            await begin
+        except Exception:
+            return  # it did not start a transaction
+        await self._conn.execute("ROLLBACK")
 
     async def _begin(self, durable: bool) -> None:
         assert self._conn is not None
