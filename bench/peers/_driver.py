@@ -174,11 +174,21 @@ class Driver:
         return {"versions": found, "settings": self.adapter.settings, "python": sys.version.split()[0]}
 
     async def ingest(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Enqueue ``jobs``, or as many as fit in ``max_seconds``: a slow system is measured on fewer."""
+        """Enqueue ``jobs``, or as many as fit in ``max_seconds``: a slow system is measured on fewer.
+
+        Modes: ``one`` (each call awaited before the next), ``pipelined`` (one job per call, up to
+        MAX_IN_FLIGHT calls outstanding: what a client with concurrent producers sees) and ``bulk``."""
         jobs, batch = params["jobs"], params["batch"] if params["mode"] == "bulk" else 1
         t0 = time.perf_counter()
         stop_at = t0 + params["max_seconds"]
         done = 0
+        if params["mode"] == "pipelined":
+            calls = InFlight()
+            while done < jobs and time.perf_counter() < stop_at:
+                await calls.issue(lambda seq=done: self.adapter.enqueue(Job(seq, time.time(), 0.0)), 1)
+                done += 1
+            await calls.wait()
+            return {"jobs": done - calls.failed, "seconds": time.perf_counter() - t0}
         while done < jobs and time.perf_counter() < stop_at:
             now = time.time()
             if batch == 1:

@@ -16,7 +16,8 @@ from typing import Any
 from . import _driver
 from ._probe import job_started
 
-CONCURRENCY = 64
+# Leases and results travel in batches of about a quarter of a worker's concurrency (README).
+CONCURRENCY = 256
 
 
 def job_types() -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any
 
 THROUGHPUT = [
     ("ingest", "one_jobs_per_s", "ingest, one at a time"),
+    ("ingest", "pipelined_jobs_per_s", "ingest, one per call, 64 in flight"),
     ("ingest", "bulk_jobs_per_s", "ingest, bulk"),
     ("drain", "jobs_per_s", "drain, 2 worker processes"),
 ]

@@ -42,6 +42,8 @@ def table_rows(sizes: dict[str, Any]) -> list[Row]:
     burst = f"burst {n(int(sizes['burst_rate']))}/s"
     return [
         Row(f"{one} (jobs/s)", "ingest", ("one_jobs_per_s",), "higher"),
+        Row("ingest one job per call, 64 calls in flight (jobs/s)", "ingest", ("pipelined_jobs_per_s",),
+            "higher"),
         Row(f"ingest bulk, batches of {n(sizes['batch'])} (jobs/s)", "ingest", ("bulk_jobs_per_s",),
             "higher"),
         Row(f"drain {n(sizes['drain_jobs'])}, {sizes['worker_processes']} worker processes (jobs/s)", "drain",

@@ -1,4 +1,5 @@
-"""Ingest: jobs/s enqueued from one process, one call per job and through the bulk API."""
+"""Ingest: jobs/s enqueued from one process: one call per job (awaited one after another, and up to 64
+at a time), and through the bulk API."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ def run(ctx: ScenarioContext) -> Outcome:
     sizes = ctx.sizes
     figures = {}
     with ctx.stack() as stack:
-        for mode, jobs in (("one", sizes.ingest_one_jobs), ("bulk", sizes.ingest_bulk_jobs)):
+        modes = (
+            ("one", sizes.ingest_one_jobs),
+            ("pipelined", sizes.ingest_one_jobs),
+            ("bulk", sizes.ingest_bulk_jobs),
+        )
+        for mode, jobs in modes:
             params = {
                 "mode": mode,
                 "jobs": jobs,

@@ -12,7 +12,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from ..clock import wall_ms
 from ..errors import StoreUnavailable
 from ..redaction import redact
-from .base import NEW_JOB_COLUMNS, Store, StoreUpdate, Tx
+from .base import NEW_JOB_COLUMNS, JobRow, Store, StoreUpdate, Tx
 
 # One statement for a whole batch of status updates (executemany would be a round trip per row);
 # the same rules as base._UPDATE.
@@ -46,6 +46,9 @@ _INSERT_NEW_JOBS = (
     + ") ON CONFLICT DO NOTHING"
 )
 _IDEM_KEY = 9  # its index in NEW_JOB_COLUMNS
+# Up to this many new jobs (single enqueues, and the groups concurrent ones share) go as one INSERT
+# committed on its own: one round trip, about half the latency of a transaction around COPY.
+_ONE_STATEMENT_ROWS = 200
 
 
 def _pg(sql: str) -> str:
@@ -102,6 +105,34 @@ class PostgresStore(Store):
                 yield _PgTx(conn)
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise StoreUnavailable(f"database unavailable: {exc}") from exc
+
+    async def insert_jobs(self, rows: Sequence[JobRow]) -> list[tuple[str, bool]]:
+        if len(rows) > _ONE_STATEMENT_ROWS or any(r.idem_key for r in rows):
+            return await super().insert_jobs(rows)
+        columns = [
+            [r.id for r in rows],
+            [r.type for r in rows],
+            [r.shard for r in rows],
+            [r.priority for r in rows],
+            [r.payload for r in rows],
+            [r.status for r in rows],
+            [r.run_at for r in rows],
+            [r.max_attempts for r in rows],
+            [r.lease_ttl_ms for r in rows],
+            [None] * len(rows),
+            [r.enqueued_at for r in rows],
+            [r.updated_at for r in rows],
+        ]
+        try:
+            async with self.pool.connection() as conn:
+                await conn.set_autocommit(True)  # the statement is its own (durable) transaction
+                try:
+                    await conn.execute(_INSERT_NEW_JOBS, columns)
+                finally:
+                    await conn.set_autocommit(False)
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        return [(r.id, True) for r in rows]
 
     async def apply_updates(self, updates: Iterable[StoreUpdate]) -> None:
         rows = list(updates)

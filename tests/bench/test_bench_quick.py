@@ -15,7 +15,7 @@ from tests.support.processes import ROOT, _env
 SCENARIOS = ["ingest", "drain", "latency", "delay", "scale", "memory"]
 #: one figure per scenario that must be a positive number
 FIGURES = {
-    "ingest": [("one_jobs_per_s",), ("bulk_jobs_per_s",)],
+    "ingest": [("one_jobs_per_s",), ("pipelined_jobs_per_s",), ("bulk_jobs_per_s",)],
     "drain": [("jobs_per_s",)],
     "latency": [("steady", "p99_ms"), ("burst", "p99_ms"), ("burst", "clear_s")],
     "delay": [("instant", "p99_ms"), ("sequential", "p99_ms")],

@@ -110,6 +110,20 @@ class Driver {
     const t0 = performance.now();
     const stopAt = t0 + p.max_seconds * 1000;
     let done = 0;
+    if (p.mode === 'pipelined') {
+      // One job per call, up to MAX_IN_FLIGHT calls outstanding.
+      const inFlight = new Set();
+      let failed = 0;
+      while (done < p.jobs && performance.now() < stopAt) {
+        if (inFlight.size >= MAX_IN_FLIGHT) await Promise.race(inFlight);
+        const call = this.enqueue(done, nowSeconds(), 0).catch(() => { failed += 1; })
+          .finally(() => inFlight.delete(call));
+        inFlight.add(call);
+        done += 1;
+      }
+      await Promise.all(inFlight);
+      return { jobs: done - failed, seconds: (performance.now() - t0) / 1000 };
+    }
     while (done < p.jobs && performance.now() < stopAt) {
       const now = nowSeconds();
       if (batch === 1) {
