@@ -122,6 +122,10 @@ class Tx(abc.ABC):
         """Insert NEW_JOB_COLUMNS rows; a row whose idempotency key exists is skipped."""
         await self.executemany(_INSERT, rows)
 
+    async def lock_schema(self) -> None:
+        """Hold other processes' migrations off until this transaction ends. SQLite's write
+        transaction (BEGIN IMMEDIATE) already excludes every other writer."""
+
 
 _UPDATE = (
     "UPDATE jobs SET status = ?, run_at = COALESCE(?, run_at), lease_until = ?, "
@@ -163,6 +167,9 @@ class Store(ScheduleQueries, abc.ABC):
         names = sorted(p.name for p in root.iterdir() if p.name.endswith(".sql"))
         applied: list[str] = []
         async with self.transaction() as tx:
+            # Processes starting together (a supervisor's children, a Deployment's pods) take turns:
+            # the first applies what is missing, the others then find it applied.
+            await tx.lock_schema()
             await tx.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations "
                 "(version TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)"

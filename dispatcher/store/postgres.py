@@ -49,6 +49,8 @@ _IDEM_KEY = 9  # its index in NEW_JOB_COLUMNS
 # Up to this many new jobs (single enqueues, and the groups concurrent ones share) go as one INSERT
 # committed on its own: one round trip, about half the latency of a transaction around COPY.
 _ONE_STATEMENT_ROWS = 200
+# pg_advisory_xact_lock key of migrations, one per database: b"shardq:m" read as a big-endian int64.
+_SCHEMA_LOCK_KEY = int.from_bytes(b"shardq:m", "big", signed=True)
 
 
 def _pg(sql: str) -> str:
@@ -71,6 +73,9 @@ class _PgTx(Tx):
         if rows:
             async with self.conn.cursor() as cur:
                 await cur.executemany(_pg(sql), rows)
+
+    async def lock_schema(self) -> None:
+        await self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
 
     async def insert_new_jobs(self, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:

@@ -109,3 +109,15 @@ def test_free_port_is_bindable() -> None:
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+async def test_processes_starting_together_apply_each_migration_once(db_url: str) -> None:
+    stores = [await open_store(db_url) for _ in range(4)]
+    try:
+        applied = await asyncio.gather(*(store.migrate() for store in stores))
+        names = [name for per_store in applied for name in per_store]
+        assert "0001_initial.sql" in names
+        assert len(names) == len(set(names))  # no migration twice, and no process failed
+    finally:
+        for store in stores:
+            await store.close()
