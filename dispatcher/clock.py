@@ -48,6 +48,11 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000 + _test_offset_ms()
 
 
+def wall_ms_exact() -> float:
+    """The system clock, Unix epoch milliseconds with their fraction (for timing a sleep)."""
+    return time.time_ns() / 1_000_000 + _test_offset_ms()
+
+
 _ANCHOR_WALL_MS = wall_ms()
 _ANCHOR_MONOTONIC_NS = time.monotonic_ns()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .clock import wall_ms
+from .clock import wall_ms, wall_ms_exact
 from .ownership import Ownership
 from .shard_loop import run_shard_loop
 from .wakeup import Wakeup
@@ -17,6 +17,9 @@ from .working_set import WorkingSet
 
 BATCH = 1000
 IDLE_RECHECK_S = 5.0  # safety net for jobs put in Redis by another path (restore, another process)
+# The event loop's timers fire on whole milliseconds, up to one late: aim this much early. Waking
+# before the due time costs one look that finds nothing and a sleep of the rest.
+TIMER_LEAD_S = 0.0005
 
 
 class Promoter:
@@ -58,5 +61,5 @@ class Promoter:
         self._next_due = promotion.next_due
         if promotion.next_due < 0:
             return IDLE_RECHECK_S
-        delay = max(0.0, (promotion.next_due - wall_ms()) / 1000)
-        return min(delay, IDLE_RECHECK_S)
+        delay = (promotion.next_due - wall_ms_exact()) / 1000 - TIMER_LEAD_S
+        return min(max(0.0, delay), IDLE_RECHECK_S)
