@@ -18,7 +18,7 @@ from .working_set import WorkingSet
 BATCH = 1000
 IDLE_RECHECK_S = 5.0  # safety net for jobs put in Redis by another path (restore, another process)
 # The event loop's timers fire on whole milliseconds, up to one late: aim this much early. Waking
-# before the due time costs one look that finds nothing and a sleep of the rest.
+# before the due time costs a look or two in Redis that find nothing due yet (never a job early).
 TIMER_LEAD_S = 0.0005
 
 
