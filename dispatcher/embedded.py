@@ -39,8 +39,9 @@ def _version(binary: str) -> tuple[int, ...]:
         out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ()
-    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)|redis-cli (\d+)\.(\d+)\.(\d+)", out)
-    return tuple(int(part) for part in match.groups() if part is not None) if match else ()
+    # "Redis server v=7.0.15 sha=..." or "redis-cli 7.0.15 (git:...)"
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(part) for part in match.groups()) if match else ()
 
 
 def find_redis_server() -> str:

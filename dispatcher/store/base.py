@@ -54,6 +54,23 @@ class JobRow:
             values[16] = bytes(values[16])
         return cls(*values)
 
+    def new_job_values(self) -> tuple[Any, ...]:
+        """The row's NEW_JOB_COLUMNS, in their order."""
+        return (
+            self.id,
+            self.type,
+            self.shard,
+            self.priority,
+            self.payload,
+            self.status,
+            self.run_at,
+            self.max_attempts,
+            self.lease_ttl_ms,
+            self.idem_key,
+            self.enqueued_at,
+            self.updated_at,
+        )
+
 
 @dataclass(frozen=True)
 class StoreUpdate:
@@ -219,25 +236,7 @@ class Store(ScheduleQueries, abc.ABC):
         """Insert new jobs in one transaction. Returns (id, created) in order: a job whose
         idempotency key exists gets the existing job's id and created=False."""
         async with self.transaction() as tx:
-            await tx.insert_new_jobs(
-                [
-                    (
-                        r.id,
-                        r.type,
-                        r.shard,
-                        r.priority,
-                        r.payload,
-                        r.status,
-                        r.run_at,
-                        r.max_attempts,
-                        r.lease_ttl_ms,
-                        r.idem_key,
-                        r.enqueued_at,
-                        r.updated_at,
-                    )
-                    for r in rows
-                ],
-            )
+            await tx.insert_new_jobs([r.new_job_values() for r in rows])
             keys = sorted({r.idem_key for r in rows if r.idem_key})
             owner_of: dict[str, str] = {}
             for i in range(0, len(keys), 500):

