@@ -1,15 +1,16 @@
 """Per-shard loop that moves due delayed jobs to the ready sets.
 
-It sleeps until the earliest run_at in the shard (not a fixed poll), and is woken
-early when a job with an earlier run_at arrives, so a delayed job becomes ready
-within a few milliseconds of its time and never before it.
+It sleeps until the earliest run_at in the shard (not a fixed poll), and is woken early when a job
+with an earlier run_at arrives, so a delayed job becomes ready within a millisecond of its time and
+never before it. Within LOOKAHEAD_MS of that time it lists the jobs due then and waits on the
+precise timer with the list in hand: at the instant, one script call moves them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .clock import wall_ms, wall_ms_exact
+from .clock import wall_ms
 from .ownership import Ownership
 from .shard_loop import run_shard_loop
 from .wakeup import Wakeup
@@ -17,9 +18,9 @@ from .working_set import WorkingSet
 
 BATCH = 1000
 IDLE_RECHECK_S = 5.0  # safety net for jobs put in Redis by another path (restore, another process)
-# The event loop's timers fire on whole milliseconds, up to one late: aim this much early. Waking
-# before the due time costs a look or two in Redis that find nothing due yet (never a job early).
-TIMER_LEAD_S = 0.0005
+# How far ahead the due jobs are listed: the event loop's timer brings the promoter this close (it is
+# a millisecond or so off), the precise timer does the rest.
+LOOKAHEAD_MS = 50
 
 
 class Promoter:
@@ -50,16 +51,27 @@ class Promoter:
     async def _step(self, epoch: int) -> float:
         self._looking = True
         try:
-            promotion = await self.working_set.promote(self.shard, epoch, wall_ms(), BATCH)
+            now = wall_ms()
+            due = await self.working_set.peek_due(self.shard, epoch, now, BATCH, LOOKAHEAD_MS)
         finally:
             self._looking = False
+        self._next_due = due.at
+        if not due.ids:  # nothing delayed, or the earliest is beyond the look-ahead
+            return self._sleep_s(due.at, now)
+        if due.at > now and await self._wake.wait_until(due.at):
+            return 0.0  # woken before the instant (an earlier job, a change): look again
+        promotion = await self.working_set.promote_listed(self.shard, epoch, wall_ms(), due)
         if promotion.promoted:
             self.promoted_total += promotion.promoted
             self.on_ready(self.shard, promotion.queues)
-            if promotion.promoted >= BATCH:
-                return 0.0
         self._next_due = promotion.next_due
-        if promotion.next_due < 0:
+        return self._sleep_s(promotion.next_due, wall_ms())
+
+    @staticmethod
+    def _sleep_s(next_due: int, now: int) -> float:
+        """How long to sleep before listing again, for the earliest run_at ``next_due``."""
+        if next_due < 0:
             return IDLE_RECHECK_S
-        delay = (promotion.next_due - wall_ms_exact()) / 1000 - TIMER_LEAD_S
-        return min(max(0.0, delay), IDLE_RECHECK_S)
+        if next_due - now <= LOOKAHEAD_MS:
+            return 0.0
+        return min((next_due - now - LOOKAHEAD_MS // 2) / 1000, IDLE_RECHECK_S)

@@ -9,6 +9,10 @@ after shutdown. Here the deadline only resolves the future the loop waits on.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from .precise_timer import precise_timer
 
 
 class Wakeup:
@@ -29,13 +33,26 @@ class Wakeup:
 
     async def wait(self, timeout: float | None = None) -> bool:
         """Until set() or the timeout. True when woken by set()."""
+        if timeout is None:
+            return await self._wait(None)
+        loop = asyncio.get_running_loop()
+        return await self._wait(lambda done: loop.call_later(max(0.0, timeout), done))
+
+    async def wait_until(self, wall_ms: float) -> bool:
+        """Until set() or the wall clock reaches ``wall_ms``, timed to a fraction of a millisecond
+        (the precise timer). True when woken by set()."""
+        return await self._wait(lambda done: precise_timer.call_at(wall_ms, done))
+
+    async def _wait(self, schedule: Callable[[Callable[[], None]], Any] | None) -> bool:
         if self._set:
             return True
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        handle = None
-        if timeout is not None:
-            handle = loop.call_later(max(0.0, timeout), lambda: waiter.done() or waiter.set_result(None))
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+
+        def expire() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        handle = schedule(expire) if schedule else None
         try:
             await waiter
         finally:

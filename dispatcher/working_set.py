@@ -71,6 +71,16 @@ class Promotion:
 
 
 @dataclass(frozen=True)
+class DueJobs:
+    """Delayed jobs of one shard listed for promotion, all due by ``at`` (ms); with none listed,
+    ``at`` is the earliest run_at (-1: nothing delayed)."""
+
+    at: int
+    ids: list[str]
+    ready: list[tuple[str, int] | None]  # per id its (type, class), None when its record is gone
+
+
+@dataclass(frozen=True)
 class NackSpec:
     id: str
     token: str
@@ -120,25 +130,40 @@ class WorkingSet:
         return promotion.promoted, promotion.next_due
 
     async def promote(self, shard: int, epoch: int, now: int, limit: int) -> Promotion:
+        due = await self.peek_due(shard, epoch, now, limit)
+        if not due.ids:
+            return Promotion(0, due.at, frozenset())
+        return await self.promote_listed(shard, epoch, now, due)
+
+    async def peek_due(self, shard: int, epoch: int, now: int, limit: int, lookahead_ms: int = 0) -> DueJobs:
+        """Up to ``limit`` jobs due by ``now``; when none is, those due at the earliest run_at if it
+        is within ``lookahead_ms`` (``at`` says when). Reads only: a job is moved by promote_listed."""
         k = ShardKeys(shard)
-        due = await self.scripts.peek_due(keys=[k.delayed, k.jobs, k.meta], args=[now, limit, epoch])
-        _check_owner(due, shard)
-        if not due:
-            head = await self.redis.zrange(k.delayed, 0, 0, withscores=True)
-            return Promotion(0, int(head[0][1]) if head else -1, frozenset())
+        reply = await self.scripts.peek_due(
+            keys=[k.delayed, k.jobs, k.meta], args=[now, limit, epoch, lookahead_ms]
+        )
+        _check_owner(reply, shard)
+        ids: list[str] = []
+        ready: list[tuple[str, int] | None] = []
+        for i in range(1, len(reply), 3):
+            prio = int(reply[i + 2])
+            ids.append(_s(reply[i]))
+            ready.append((_s(reply[i + 1]), prio) if prio >= 0 else None)
+        return DueJobs(int(reply[0]), ids, ready)
+
+    async def promote_listed(self, shard: int, epoch: int, now: int, due: DueJobs) -> Promotion:
+        """Move the jobs peek_due listed that are still delayed and due by ``now`` to their ready sets
+        (the script checks each one again: a job may have been cancelled or moved since)."""
+        k = ShardKeys(shard)
         ready_keys: dict[str, int] = {}
-        queues: set[tuple[str, int]] = set()
         args: list[Any] = [epoch, now]
-        for i in range(0, len(due), 3):
-            job_type, prio = _s(due[i + 1]), int(due[i + 2])
-            if prio >= 0:
-                queues.add((job_type, prio))
-            idx = 0 if prio < 0 else ready_keys.setdefault(k.ready(job_type, prio), len(ready_keys) + 1)
-            args += [due[i], idx]
+        for job_id, queue in zip(due.ids, due.ready, strict=True):
+            idx = 0 if queue is None else ready_keys.setdefault(k.ready(*queue), len(ready_keys) + 1)
+            args += [job_id, idx]
         keys = [k.meta, k.jobs, k.delayed, k.counts, k.seq, *ready_keys]
         result = await self.scripts.promote_delayed(keys=keys, args=args)
         _check_owner(result, shard)
-        return Promotion(int(result[0]), int(result[1]), frozenset(queues))
+        return Promotion(int(result[0]), int(result[1]), frozenset(q for q in due.ready if q is not None))
 
     # -- leases ------------------------------------------------------------------
 

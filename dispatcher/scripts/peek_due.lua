@@ -1,11 +1,24 @@
---[[ Read-only: the due delayed jobs and where each would go.
-Input:  KEYS[1] delayed, KEYS[2] jobs, KEYS[3] meta; ARGV[1] now (ms), ARGV[2] limit, ARGV[3] epoch
-Output: -1 not owner; otherwise a flat table id, type, class, ... (ids whose record is missing are
-        reported with type '' and class -1)
+--[[ Read-only: the delayed jobs to promote next and where each would go.
+Input:  KEYS[1] delayed, KEYS[2] jobs, KEYS[3] meta;
+        ARGV[1] now (ms), ARGV[2] limit, ARGV[3] epoch, ARGV[4] look-ahead (ms)
+Lists the jobs due by now; when none is, those due at the earliest run_at if it is within the
+look-ahead (so the promoter can wait for that instant with the list in hand).
+Output: -1 not owner; otherwise {at, id, type, class, id, type, class, ...}: `at` the instant the
+        listed jobs are due by (-1: nothing delayed; with no jobs listed, the earliest run_at, beyond
+        the look-ahead). Ids whose record is missing are listed with type '' and class -1.
 ]]
 if redis.call('HGET', KEYS[3], 'epoch') ~= ARGV[3] then return -1 end
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {}
+local at = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', at, 'LIMIT', 0, limit)
+if #ids == 0 then
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if not head[2] then return {-1} end
+  at = tonumber(head[2])
+  if at > tonumber(ARGV[1]) + tonumber(ARGV[4]) then return {at} end
+  ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', at, 'LIMIT', 0, limit)
+end
+local out = {at}
 for _, id in ipairs(ids) do
   local raw = redis.call('HGET', KEYS[2], id)
   if raw then

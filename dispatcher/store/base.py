@@ -139,7 +139,7 @@ class Tx(abc.ABC):
         """Insert NEW_JOB_COLUMNS rows; a row whose idempotency key exists is skipped."""
         await self.executemany(_INSERT, rows)
 
-    async def lock_schema(self) -> None:
+    async def lock_schema(self) -> None:  # noqa: B027 - a no-op unless the store needs one
         """Hold other processes' migrations off until this transaction ends. SQLite's write
         transaction (BEGIN IMMEDIATE) already excludes every other writer."""
 

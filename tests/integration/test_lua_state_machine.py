@@ -368,6 +368,26 @@ class LuaStateMachine(RuleBasedStateMachine):
         got = self.run(self.ws.promote_due(SHARD, self.epoch, self.now, limit))
         assert got == (len(due), self.next_delayed())
 
+    @precondition(lambda self: any(j.state is DELAYED for j in self.jobs.values()))
+    @rule(limit=st.integers(1, 5), lookahead=st.integers(0, 300))
+    def list_then_promote_at_the_instant(self, limit: int, lookahead: int) -> None:
+        """The promoter's way: list the next jobs due (the due ones, else those at the earliest
+        run_at within the look-ahead), let the clock reach that instant, promote the list."""
+        delayed = sorted((j.run_at, j.id) for j in self.in_state(DELAYED))
+        at = self.now if delayed[0][0] <= self.now else delayed[0][0]
+        listed = [job_id for run_at, job_id in delayed if run_at <= at][:limit]
+        if at > self.now + lookahead:
+            listed = []
+        due = self.run(self.ws.peek_due(SHARD, self.epoch, self.now, limit, lookahead))
+        assert (due.at, due.ids) == (at, listed)
+        if not listed:
+            return
+        self.now = at
+        for job_id in listed:
+            self.make_ready(self.jobs[job_id])
+        got = self.run(self.ws.promote_listed(SHARD, self.epoch, self.now, due))
+        assert (got.promoted, got.next_due) == (len(listed), self.next_delayed())
+
     # -- leases -----------------------------------------------------------------------------------
 
     @rule(
