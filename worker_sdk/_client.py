@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -16,6 +17,7 @@ from dispatcher.tls import ChannelSecurity
 from ._convert import STATUS_NAMES, JobInfo, QueueStats, dead_filter, job_spec
 from ._errors import from_rpc_error
 from ._pipelining import EnqueuePipeline
+from ._routing import OwnerRoutes, never_sent
 from ._schedules import Schedule, ScheduleInfo, schedule_from
 
 DEFAULT_TARGET = "127.0.0.1:7070"
@@ -193,9 +195,16 @@ class Client:
 
 
 class AsyncClient:
-    """asyncio client with the same methods and options as ``Client``, awaited."""
+    """asyncio client with the same methods and options as ``Client``, awaited.
 
-    def __init__(self, target: str | None = None, *, timeout: float = 30.0, **security: Any) -> None:
+    Enqueues go straight to the dispatcher process that owns the job type's shard, found in the
+    shard map (see ``_routing``); ``route=False`` sends everything to ``target``, for a client that
+    can reach only that address and not the dispatchers' advertised ones.
+    """
+
+    def __init__(
+        self, target: str | None = None, *, timeout: float = 30.0, route: bool = True, **security: Any
+    ) -> None:
         self.target = resolve_target(target)
         self.timeout = timeout
         self.security = resolve_security(**security)
@@ -204,6 +213,10 @@ class AsyncClient:
         self._stub = pb_grpc.JobServiceStub(self._channel)
         self._schedules = pb_grpc.ScheduleServiceStub(self._channel)
         self._pipeline = EnqueuePipeline(self._enqueue_one, self._enqueue_specs)
+        self._routes = OwnerRoutes(self.target) if route else None
+        self._map_read: asyncio.Future[None] | None = None
+        self._owner_stubs: dict[str, Any] = {}
+        self._owner_channels: list[grpc.aio.Channel] = []
 
     async def _call(self, method: str, request: Any, stub: Any = None) -> Any:
         try:
@@ -215,17 +228,63 @@ class AsyncClient:
 
     async def enqueue(self, job_type: str, payload: Any = None, **options: Any) -> str:
         """Enqueue one job; returns its id once it is committed. Calls made concurrently (in the same
-        turn of the event loop) share one round trip; each still gets its own id or error."""
-        return await self._pipeline.enqueue(job_spec(job_type, payload, **options))
+        turn of the event loop) to the same dispatcher share one round trip; each still gets its own
+        id or error."""
+        spec = job_spec(job_type, payload, **options)
+        return await self._pipeline.enqueue(spec, await self._address_of([spec.type]))
 
     async def enqueue_many(self, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
-        return await self._enqueue_specs(_specs(jobs))
+        """One call and one transaction: to the shards' owner when the jobs share one, else to the
+        target (which hands each shard's jobs to its owner)."""
+        specs = _specs(jobs)
+        return await self._enqueue_specs(specs, await self._address_of([s.type for s in specs]))
 
-    async def _enqueue_one(self, spec: pb.JobSpec) -> str:
-        return str((await self._call("Enqueue", pb.EnqueueRequest(job=spec))).job_id)
+    async def _enqueue_one(self, spec: pb.JobSpec, address: str) -> str:
+        return str((await self._call_at(address, "Enqueue", pb.EnqueueRequest(job=spec))).job_id)
 
-    async def _enqueue_specs(self, specs: list[pb.JobSpec]) -> list[str]:
-        return list((await self._call("EnqueueMany", pb.EnqueueManyRequest(jobs=specs))).job_ids)
+    async def _enqueue_specs(self, specs: list[pb.JobSpec], address: str) -> list[str]:
+        response = await self._call_at(address, "EnqueueMany", pb.EnqueueManyRequest(jobs=specs))
+        return list(response.job_ids)
+
+    async def _address_of(self, job_types: list[str]) -> str:
+        """Where jobs of these types go together: their one owner, else the target."""
+        routes = self._routes
+        if routes is None or not job_types:
+            return self.target
+        if routes.stale():
+            if self._map_read is None or self._map_read.done():
+                self._map_read = asyncio.ensure_future(self._read_map())
+            if not routes.known:
+                await asyncio.shield(self._map_read)
+        owners = routes.by_address(job_types)
+        return next(iter(owners)) if len(owners) == 1 else self.target
+
+    async def _read_map(self) -> None:
+        assert self._routes is not None
+        try:
+            view = await pb_grpc.ShardServiceStub(self._channel).GetShardMap(
+                pb.GetShardMapRequest(), timeout=min(self.timeout, 5.0), metadata=self._metadata
+            )
+        except grpc.RpcError:
+            view = None  # the target takes every job until the next try
+        self._routes.update(view)
+
+    async def _call_at(self, address: str, method: str, request: Any) -> Any:
+        if address == self.target or self._routes is None:
+            return await self._call(method, request)
+        stub = self._owner_stubs.get(address)
+        if stub is None:
+            channel = self.security.aio_channel(address, options=CHANNEL_OPTIONS)
+            self._owner_channels.append(channel)
+            stub = self._owner_stubs[address] = pb_grpc.JobServiceStub(channel)
+        try:
+            return await getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.UNAVAILABLE:
+                self._routes.unreachable(address)
+            if never_sent(exc):
+                return await self._call(method, request)
+            raise from_rpc_error(exc) from None
 
     async def get_job(self, job_id: str) -> JobInfo:
         return JobInfo.from_pb(await self._call("GetJob", pb.GetJobRequest(job_id=job_id)))
@@ -276,6 +335,10 @@ class AsyncClient:
         await self._call("DeleteSchedule", pb.ScheduleNameRequest(name=name), self._schedules)
 
     async def close(self) -> None:
+        if self._map_read is not None:
+            self._map_read.cancel()
+        for channel in self._owner_channels:
+            await channel.close()
         await self._channel.close()
 
     async def __aenter__(self) -> AsyncClient:

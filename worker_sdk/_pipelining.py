@@ -1,11 +1,15 @@
 """Concurrent ``AsyncClient.enqueue`` calls share round trips.
 
 The calls an application makes in the same turn of the event loop (a burst of producers, or tasks
-that each enqueue one job) travel in one ``EnqueueMany``. Each call still returns its own job id
-only once its job is committed, and fails with its own error: a batch the dispatcher refuses as a
-whole (a bad job in it is refused with INVALID_ARGUMENT, a type outside the token's scope with
-PERMISSION_DENIED; either way nothing was written) is sent again one job per call, so one caller's
-bad job never fails another's. A call made alone goes as a plain ``Enqueue``.
+that each enqueue one job) travel in one ``EnqueueMany`` per dispatcher they go to. Each call still
+returns its own job id only once its job is committed, and fails with its own error: a batch the
+dispatcher refuses as a whole (a bad job in it is refused with INVALID_ARGUMENT, a type outside the
+token's scope with PERMISSION_DENIED; either way nothing was written) is sent again one job per call,
+so one caller's bad job never fails another's. A call made alone goes as a plain ``Enqueue``.
+
+One batch at a time is in flight to each dispatcher; calls made meanwhile wait to go together in
+the next. Without that, batches to several dispatchers (whose answers come back at different times)
+split into ever smaller ones: 64 calls in flight over 2 processes fell to ~1,700 jobs/s.
 """
 
 from __future__ import annotations
@@ -27,44 +31,50 @@ _PER_JOB_REFUSALS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSIO
 class EnqueuePipeline:
     def __init__(
         self,
-        enqueue_one: Callable[[pb.JobSpec], Awaitable[str]],
-        enqueue_many: Callable[[list[pb.JobSpec]], Awaitable[list[str]]],
+        enqueue_one: Callable[[pb.JobSpec, str], Awaitable[str]],
+        enqueue_many: Callable[[list[pb.JobSpec], str], Awaitable[list[str]]],
     ) -> None:
-        self._one = enqueue_one
-        self._many = enqueue_many
-        self._waiting: list[tuple[pb.JobSpec, asyncio.Future[str]]] = []
-        self._sending: set[asyncio.Task[None]] = set()
+        self._one = enqueue_one  # (spec, address)
+        self._many = enqueue_many  # (specs, address)
+        self._waiting: dict[str, list[tuple[pb.JobSpec, asyncio.Future[str]]]] = {}
+        self._sending: dict[str, asyncio.Task[None]] = {}  # address -> the batch in flight there
 
-    async def enqueue(self, spec: pb.JobSpec) -> str:
+    async def enqueue(self, spec: pb.JobSpec, address: str) -> str:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[str] = loop.create_future()
-        self._waiting.append((spec, future))
-        if len(self._waiting) == 1:
-            loop.call_soon(self._send)  # after the other calls of this turn of the loop
-        elif len(self._waiting) >= MAX_BATCH:
-            self._send()
+        waiting = self._waiting.setdefault(address, [])
+        waiting.append((spec, future))
+        if address not in self._sending:
+            if len(waiting) == 1:
+                loop.call_soon(self._send, address)  # after the other calls of this turn of the loop
+            elif len(waiting) >= MAX_BATCH:
+                self._send(address)
         return await future
 
-    def _send(self) -> None:
-        if not self._waiting:
+    def _send(self, address: str) -> None:
+        waiting = self._waiting.get(address)
+        if address in self._sending or not waiting:
             return
-        batch, self._waiting = self._waiting, []
-        task = asyncio.create_task(self._deliver(batch))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        batch, self._waiting[address] = waiting[:MAX_BATCH], waiting[MAX_BATCH:]
+        task = self._sending[address] = asyncio.create_task(self._deliver(batch, address))
+        task.add_done_callback(lambda _: self._sent(address))
 
-    async def _deliver(self, batch: list[tuple[pb.JobSpec, asyncio.Future[str]]]) -> None:
+    def _sent(self, address: str) -> None:
+        del self._sending[address]
+        self._send(address)  # what gathered meanwhile
+
+    async def _deliver(self, batch: list[tuple[pb.JobSpec, asyncio.Future[str]]], address: str) -> None:
         if len(batch) == 1:
-            await _settle(batch[0][1], self._one(batch[0][0]))
+            await _settle(batch[0][1], self._one(batch[0][0], address))
             return
         try:
-            ids = await self._many([spec for spec, _ in batch])
+            ids = await self._many([spec for spec, _ in batch], address)
         except ShardqError as exc:
             if exc.code not in _PER_JOB_REFUSALS:
                 for _, future in batch:
                     _fail(future, exc)
                 return
-            await asyncio.gather(*(_settle(future, self._one(spec)) for spec, future in batch))
+            await asyncio.gather(*(_settle(future, self._one(spec, address)) for spec, future in batch))
             return
         except BaseException as exc:
             for _, future in batch:

@@ -85,15 +85,16 @@ async def _status(client: AsyncClient, job_id: str, status: str) -> bool:
 
 
 async def test_concurrent_enqueues_share_round_trips_and_keep_their_own_errors(dispatcher):
-    """Calls made in the same turn of the event loop travel in one EnqueueMany; a job the dispatcher
-    refuses fails only its own call (the batch is sent again one job per call)."""
+    """Calls made in the same turn of the event loop travel in one EnqueueMany, and calls made while
+    it is in flight go together in the next; a job the dispatcher refuses fails only its own call
+    (the batch is sent again one job per call)."""
     client = AsyncClient(dispatcher.target)
     round_trips: Counter[str] = Counter()
 
-    def counted(name: str, call: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
-        async def wrapper(arg: Any) -> Any:
+    def counted(name: str, call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def wrapper(*args: Any) -> Any:
             round_trips[name] += 1
-            return await call(arg)
+            return await call(*args)
 
         return wrapper
 
@@ -104,6 +105,14 @@ async def test_concurrent_enqueues_share_round_trips_and_keep_their_own_errors(d
         ids = await asyncio.gather(*(client.enqueue("noop.pipe", {"i": i}) for i in range(50)))
         assert len(set(ids)) == 50 and round_trips == {"EnqueueMany": 1}
         assert [(await client.get_job(i)).type for i in ids] == ["noop.pipe"] * 50
+
+        round_trips.clear()
+        calls = [asyncio.ensure_future(client.enqueue("noop.pipe")) for _ in range(20)]
+        for _ in range(3):  # the first batch is on its way: later calls, turn after turn, wait for it
+            await asyncio.sleep(0)
+            calls += [asyncio.ensure_future(client.enqueue("noop.pipe")) for _ in range(10)]
+        assert len(set(await asyncio.gather(*calls))) == 50
+        assert round_trips == {"EnqueueMany": 2}
 
         round_trips.clear()
         outcomes = await asyncio.gather(

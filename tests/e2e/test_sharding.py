@@ -230,3 +230,52 @@ def test_only_the_owner_runs_scripts_on_a_shard(start_dispatcher, redis_url, db_
     for shard, addresses in seen.items():
         runners = {names.get(a, a) for a in addresses}
         assert runners == {owners[shard]}, f"shard {shard} touched by {runners}, owned by {owners[shard]}"
+
+
+@POSTGRES
+def test_async_client_sends_each_job_to_its_shards_owner(start_dispatcher, redis_url, db_url):
+    """With the process at the client's target frozen, jobs whose shards the other process owns are
+    still enqueued (they go to their owner, not through the target); once an owner is gone, its jobs
+    go through the target again (which commits them and flags the shard for whoever takes it over)."""
+    import asyncio
+
+    from shardmap import shard_for
+    from worker_sdk import AsyncClient
+
+    procs = [start_dispatcher(redis_url, db_url, shard_count=SHARDS) for _ in range(2)]
+    wait_until(lambda: _settled(procs[0].target, 2), timeout=30)
+    with Client(procs[0].target) as client:
+        client.rebalance()
+    wait_until(lambda: sorted(_owners(procs[0].target).values()) == [8, 8], timeout=20)
+    address_of = {s.shard: s.address for s in _map(procs[0].target).shards}
+    theirs = [t for t in (f"t{i}" for i in range(200)) if address_of[shard_for(t, SHARDS)] == procs[1].target]
+    assert len(theirs) >= 3
+
+    async def enqueue_while_the_target_is_frozen() -> list[str]:
+        async with AsyncClient(procs[0].target, timeout=10) as client:
+            ids = [await client.enqueue(theirs[0])]  # reads the shard map
+            procs[0].signal(signal.SIGSTOP)
+            try:
+                ids.append(await client.enqueue(theirs[1], {"one": 1}))
+                ids += await asyncio.gather(*(client.enqueue(t) for t in theirs))  # one EnqueueMany
+                ids += await client.enqueue_many([{"type": t} for t in theirs])
+            finally:
+                procs[0].signal(signal.SIGCONT)
+            return ids
+
+    ids = asyncio.run(enqueue_while_the_target_is_frozen())
+    assert len(set(ids)) == 2 + 2 * len(theirs)
+    with Client(procs[1].target) as client:
+        assert all(client.get_job(job_id).type in theirs for job_id in ids)
+
+    procs[1].kill()  # its shards stay in the map until its ownership lapses (6 s)
+
+    async def enqueue_after_the_owner_died() -> tuple[str, set[str]]:
+        async with AsyncClient(procs[0].target, timeout=10) as client:
+            job_id = await client.enqueue(theirs[0])
+            return job_id, set(client._routes._avoid_until)  # type: ignore[union-attr]
+
+    job_id, avoided = asyncio.run(enqueue_after_the_owner_died())
+    assert avoided == {procs[1].target}  # the owner was tried, could not be reached...
+    with Client(procs[0].target) as client:
+        assert client.get_job(job_id).type == theirs[0]  # ...and the target took the job

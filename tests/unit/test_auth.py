@@ -107,6 +107,7 @@ def test_roles_and_unknown_methods():
     assert not producer.may_call("/shardq.v1.JobService/ListDead")
     assert not producer.may_call("/shardq.v1.WorkerService/Connect")
     assert not producer.may_call("/shardq.v1.ShardService/PushJobs")
+    assert producer.may_call("/shardq.v1.ShardService/GetShardMap")  # to send jobs to their owner
     assert worker.may_call("/shardq.v1.WorkerService/Connect")
     assert worker.may_call("/shardq.v1.ShardService/GetShardMap")
     assert not worker.may_call("/shardq.v1.JobService/Enqueue")
