@@ -126,14 +126,11 @@ class WorkingSet:
 
     async def promote_due(self, shard: int, epoch: int, now: int, limit: int) -> tuple[int, int]:
         """Move up to ``limit`` due jobs to their ready sets. Returns (promoted, next due ms or -1)."""
-        promotion = await self.promote(shard, epoch, now, limit)
-        return promotion.promoted, promotion.next_due
-
-    async def promote(self, shard: int, epoch: int, now: int, limit: int) -> Promotion:
         due = await self.peek_due(shard, epoch, now, limit)
         if not due.ids:
-            return Promotion(0, due.at, frozenset())
-        return await self.promote_listed(shard, epoch, now, due)
+            return 0, due.at
+        promotion = await self.promote_listed(shard, epoch, now, due)
+        return promotion.promoted, promotion.next_due
 
     async def peek_due(self, shard: int, epoch: int, now: int, limit: int, lookahead_ms: int = 0) -> DueJobs:
         """Up to ``limit`` jobs due by ``now``; when none is, those due at the earliest run_at if it

@@ -247,17 +247,16 @@ class AsyncClient:
         return list(response.job_ids)
 
     async def _address_of(self, job_types: list[str]) -> str:
-        """Where jobs of these types go together: their one owner, else the target."""
+        """Where jobs of these types go together (reading the shard map first if it is unknown)."""
         routes = self._routes
-        if routes is None or not job_types:
+        if routes is None:
             return self.target
         if routes.stale():
             if self._map_read is None or self._map_read.done():
                 self._map_read = asyncio.ensure_future(self._read_map())
             if not routes.known:
                 await asyncio.shield(self._map_read)
-        owners = routes.by_address(job_types)
-        return next(iter(owners)) if len(owners) == 1 else self.target
+        return routes.address_for(job_types)
 
     async def _read_map(self) -> None:
         assert self._routes is not None

@@ -13,7 +13,7 @@ for ``AVOID_S`` after an owner could not be reached, jobs go to the client's tar
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 import grpc
 
@@ -54,12 +54,10 @@ class OwnerRoutes:
             return self.target
         return owner
 
-    def by_address(self, job_types: Sequence[str]) -> dict[str, list[int]]:
-        """The positions of these jobs, grouped by where each goes."""
-        groups: dict[str, list[int]] = {}
-        for i, job_type in enumerate(job_types):
-            groups.setdefault(self.address(job_type), []).append(i)
-        return groups
+    def address_for(self, job_types: Iterable[str]) -> str:
+        """Where jobs of these types go together: their one owner, else the target."""
+        addresses = {self.address(t) for t in set(job_types)}
+        return addresses.pop() if len(addresses) == 1 else self.target
 
     def unreachable(self, address: str) -> None:
         """An owner could not be reached: use the target instead for a while, and re-read the map."""

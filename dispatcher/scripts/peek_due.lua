@@ -8,16 +8,12 @@ Output: -1 not owner; otherwise {at, id, type, class, id, type, class, ...}: `at
         the look-ahead). Ids whose record is missing are listed with type '' and class -1.
 ]]
 if redis.call('HGET', KEYS[3], 'epoch') ~= ARGV[3] then return -1 end
-local at = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', at, 'LIMIT', 0, limit)
-if #ids == 0 then
-  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  if not head[2] then return {-1} end
-  at = tonumber(head[2])
-  if at > tonumber(ARGV[1]) + tonumber(ARGV[4]) then return {at} end
-  ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', at, 'LIMIT', 0, limit)
-end
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if not head[2] then return {-1} end
+local now = tonumber(ARGV[1])
+local at = math.max(now, tonumber(head[2]))
+if at > now + tonumber(ARGV[4]) then return {at} end
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', at, 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {at}
 for _, id in ipairs(ids) do
   local raw = redis.call('HGET', KEYS[2], id)
