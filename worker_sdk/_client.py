@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -71,12 +72,17 @@ def _specs(jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[pb.JobSpec]:
 
 class Client:
     """Blocking client. ``enqueue`` returns once the job is committed to the dispatcher's database.
+    Safe to share between threads.
 
     ``token``, ``tls``, ``tls_ca``, ``tls_cert``, ``tls_key``, ``tls_server_name``: see
-    :func:`resolve_security` (defaults from SHARDQ_TOKEN and SHARDQ_TLS*).
+    :func:`resolve_security` (defaults from SHARDQ_TOKEN and SHARDQ_TLS*). Enqueues go straight to
+    the dispatcher process that owns the job type's shard (see ``_routing``); ``route=False`` sends
+    everything to ``target``, for a client that can reach only that address.
     """
 
-    def __init__(self, target: str | None = None, *, timeout: float = 30.0, **security: Any) -> None:
+    def __init__(
+        self, target: str | None = None, *, timeout: float = 30.0, route: bool = True, **security: Any
+    ) -> None:
         self.target = resolve_target(target)
         self.timeout = timeout
         self.security = resolve_security(**security)
@@ -85,12 +91,62 @@ class Client:
         self._stub = pb_grpc.JobServiceStub(self._channel)
         self._shards = pb_grpc.ShardServiceStub(self._channel)
         self._schedules = pb_grpc.ScheduleServiceStub(self._channel)
+        self._routes = OwnerRoutes(self.target) if route else None
+        self._map_lock = threading.Lock()  # held by the one thread re-reading the shard map
+        self._owner_lock = threading.Lock()
+        self._owner_stubs: dict[str, Any] = {}
+        self._owner_channels: list[grpc.Channel] = []
 
     def _call(self, method: str, request: Any, stub: Any = None) -> Any:
         try:
             return getattr(stub or self._stub, method)(request, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
+
+    def _call_at(self, address: str, method: str, request: Any) -> Any:
+        if address == self.target or self._routes is None:
+            return self._call(method, request)
+        try:
+            return getattr(self._owner_stub(address), method)(
+                request, timeout=self.timeout, metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
+                self._routes.unreachable(address)
+            if never_sent(exc):
+                return self._call(method, request)
+            raise from_rpc_error(exc) from None
+
+    def _owner_stub(self, address: str) -> Any:
+        with self._owner_lock:
+            stub = self._owner_stubs.get(address)
+            if stub is None:
+                channel = self.security.channel(address, options=CHANNEL_OPTIONS)
+                self._owner_channels.append(channel)
+                stub = self._owner_stubs[address] = pb_grpc.JobServiceStub(channel)
+            return stub
+
+    def _address_of(self, job_types: list[str]) -> str:
+        """Where jobs of these types go together. One thread re-reads a stale shard map while the
+        others go on with the one they have (or wait for it, when there is none yet)."""
+        routes = self._routes
+        if routes is None:
+            return self.target
+        if routes.stale() and self._map_lock.acquire(blocking=not routes.known):
+            try:
+                if routes.stale():
+                    routes.update(self._read_map())
+            finally:
+                self._map_lock.release()
+        return routes.address_for(job_types)
+
+    def _read_map(self) -> pb.GetShardMapResponse | None:
+        try:
+            return self._shards.GetShardMap(
+                pb.GetShardMapRequest(), timeout=min(self.timeout, 5.0), metadata=self._metadata
+            )
+        except grpc.RpcError:
+            return None  # the target takes every job until the next try
 
     def shard_map(self) -> pb.GetShardMapResponse:
         """Which dispatcher owns which shard (any dispatcher answers)."""
@@ -106,14 +162,17 @@ class Client:
         Options: priority ("high", "default", "low"), run_at (aware datetime or epoch seconds), delay
         (seconds or timedelta), max_attempts, lease_ttl (seconds), idempotency_key.
         """
-        response = self._call("Enqueue", pb.EnqueueRequest(job=job_spec(job_type, payload, **options)))
+        spec = job_spec(job_type, payload, **options)
+        response = self._call_at(self._address_of([spec.type]), "Enqueue", pb.EnqueueRequest(job=spec))
         return str(response.job_id)
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
         """Enqueue a batch in one round trip (one DB transaction); each job is a dict of enqueue's
-        arguments with "type" and "payload" keys."""
-        response = self._call("EnqueueMany", pb.EnqueueManyRequest(jobs=_specs(jobs)))
-        return list(response.job_ids)
+        arguments with "type" and "payload" keys. It goes to the shards' owner when the jobs share
+        one, else to the target (which hands each shard's jobs to its owner)."""
+        specs = _specs(jobs)
+        address = self._address_of([s.type for s in specs])
+        return list(self._call_at(address, "EnqueueMany", pb.EnqueueManyRequest(jobs=specs)).job_ids)
 
     def get_job(self, job_id: str) -> JobInfo:
         return JobInfo.from_pb(self._call("GetJob", pb.GetJobRequest(job_id=job_id)))
@@ -185,6 +244,8 @@ class Client:
         return list(response.occurrences_ms), response.timezone
 
     def close(self) -> None:
+        for channel in self._owner_channels:
+            channel.close()
         self._channel.close()
 
     def __enter__(self) -> Client:

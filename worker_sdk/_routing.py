@@ -1,19 +1,22 @@
-"""Where an ``AsyncClient`` sends an enqueue: to the dispatcher process that owns the job's shard.
+"""Where a client (``Client`` or ``AsyncClient``) sends an enqueue: to the dispatcher process that
+owns the job's shard.
 
 Any dispatcher accepts any job. One that does not own the job type's shard commits the job and then
 hands it to the owner over gRPC, which made a single enqueue about 2-3 ms slower on a 2-process
 dispatcher (half the types are the other process's), and left one process doing every enqueue's
 work. So the client reads the shard map (``GetShardMap``, as workers do) and sends each job straight
-to its owner's advertised address. The map is re-read in the background every ``MAP_REFRESH_S``;
-a shard moved since is still served (its old owner hands the job on). Until the map is known, when
-it cannot be read (an old dispatcher, a token without the right), for shards without an owner, and
-for ``AVOID_S`` after an owner could not be reached, jobs go to the client's target as before.
+to its owner's advertised address. The map is re-read every ``MAP_REFRESH_S`` (``AsyncClient`` in
+the background, ``Client`` in the one calling thread that finds it stale); a shard moved since is
+still served (its old owner hands the job on). Until the map is known, when it cannot be read (an
+old dispatcher, a token without the right), for shards without an owner, and for ``AVOID_S`` after
+an owner could not be reached, jobs go to the client's target as before.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import grpc
 
@@ -65,7 +68,7 @@ class OwnerRoutes:
         self._read_at = time.monotonic() - MAP_REFRESH_S
 
 
-def never_sent(exc: grpc.aio.AioRpcError) -> bool:
+def never_sent(exc: Any) -> bool:
     """Whether a failed call certainly did not reach a dispatcher (no connection could be made), so
-    sending it elsewhere cannot enqueue a job twice."""
+    sending it elsewhere cannot enqueue a job twice. ``exc``: a failed call's error, blocking or asyncio."""
     return exc.code() is grpc.StatusCode.UNAVAILABLE and "failed to connect" in (exc.details() or "").lower()

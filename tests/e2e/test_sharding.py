@@ -233,11 +233,13 @@ def test_only_the_owner_runs_scripts_on_a_shard(start_dispatcher, redis_url, db_
 
 
 @POSTGRES
-def test_async_client_sends_each_job_to_its_shards_owner(start_dispatcher, redis_url, db_url):
+def test_clients_send_each_job_to_its_shards_owner(start_dispatcher, redis_url, db_url):
     """With the process at the client's target frozen, jobs whose shards the other process owns are
-    still enqueued (they go to their owner, not through the target); once an owner is gone, its jobs
-    go through the target again (which commits them and flags the shard for whoever takes it over)."""
+    still enqueued by ``AsyncClient`` and by ``Client`` (from several threads): they go to their
+    owner, not through the target. Once an owner is gone, its jobs go through the target again
+    (which commits them and flags the shard for whoever takes it over)."""
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
     from shardmap import shard_for
     from worker_sdk import AsyncClient
@@ -265,8 +267,17 @@ def test_async_client_sends_each_job_to_its_shards_owner(start_dispatcher, redis
 
     ids = asyncio.run(enqueue_while_the_target_is_frozen())
     assert len(set(ids)) == 2 + 2 * len(theirs)
+    with Client(procs[0].target, timeout=10) as client, ThreadPoolExecutor(4) as threads:
+        sync_ids = [client.enqueue(theirs[0])]  # reads the shard map
+        procs[0].signal(signal.SIGSTOP)
+        try:
+            sync_ids += threads.map(client.enqueue, theirs)
+            sync_ids += client.enqueue_many([{"type": t} for t in theirs])
+        finally:
+            procs[0].signal(signal.SIGCONT)
+    assert len(set(sync_ids)) == 1 + 2 * len(theirs)
     with Client(procs[1].target) as client:
-        assert all(client.get_job(job_id).type in theirs for job_id in ids)
+        assert all(client.get_job(job_id).type in theirs for job_id in ids + sync_ids)
 
     procs[1].kill()  # its shards stay in the map until its ownership lapses (6 s)
 
@@ -277,5 +288,8 @@ def test_async_client_sends_each_job_to_its_shards_owner(start_dispatcher, redis
 
     job_id, avoided = asyncio.run(enqueue_after_the_owner_died())
     assert avoided == {procs[1].target}  # the owner was tried, could not be reached...
-    with Client(procs[0].target) as client:
-        assert client.get_job(job_id).type == theirs[0]  # ...and the target took the job
+    with Client(procs[0].target, timeout=10) as client:
+        sync_id = client.enqueue(theirs[1])
+        assert set(client._routes._avoid_until) == {procs[1].target}  # type: ignore[union-attr]
+        assert client.get_job(job_id).type == theirs[0]  # ...and the target took the jobs
+        assert client.get_job(sync_id).type == theirs[1]
