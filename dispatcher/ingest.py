@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import structlog
 
@@ -190,17 +191,21 @@ class Ingestor:
         created = [row for row, (_, new) in zip(rows, results, strict=True) if new]
         metrics.count(metrics.ENQUEUED, ((metrics.type_label(row.type),) for row in created))
         by_shard: dict[int, list[NewJob]] = defaultdict(list)
+        records: dict[tuple[Any, ...], JobRecord] = {}  # jobs alike share one (immutable) record
         for row in created:
-            record = JobRecord(
-                type=row.type,
-                priority=Priority(row.priority),
-                state=JobState.DELAYED,
-                run_at_ms=row.run_at,
-                enqueued_at_ms=now,
-                max_attempts=row.max_attempts,
-                lease_ttl_ms=row.lease_ttl_ms,
-                idempotency_key=row.idem_key or "",
-            )
+            kind = (row.type, row.priority, row.run_at, row.max_attempts, row.lease_ttl_ms, row.idem_key)
+            record = records.get(kind)
+            if record is None:
+                record = records[kind] = JobRecord(
+                    type=row.type,
+                    priority=Priority(row.priority),
+                    state=JobState.DELAYED,
+                    run_at_ms=row.run_at,
+                    enqueued_at_ms=now,
+                    max_attempts=row.max_attempts,
+                    lease_ttl_ms=row.lease_ttl_ms,
+                    idempotency_key=row.idem_key or "",
+                )
             by_shard[row.shard].append(NewJob(row.id, record, row.payload))
         await asyncio.gather(*(self._coalesced.push(shard, new) for shard, new in by_shard.items()))
         return results

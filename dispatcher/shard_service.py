@@ -84,15 +84,18 @@ class ShardService(pb_grpc.ShardServiceServicer):
             raise InvalidArgument(f"jobs: at most {MAX_PUSH}")
         if not self.app.ownership.owns(request.shard):
             raise NotOwner(f"shard {request.shard} is not owned here")
-        jobs = [_pushed_job(j, f"jobs[{i}]") for i, j in enumerate(request.jobs)]
+        records: dict[bytes, JobRecord] = {}  # jobs alike come with the same record: read it once
+        jobs = [_pushed_job(j, f"jobs[{i}]", records) for i, j in enumerate(request.jobs)]
         await self.app.ingest.push(request.shard, jobs)
         return pb.PushJobsResponse()
 
 
-def _pushed_job(job: pb.PushedJob, field: str) -> NewJob:
+def _pushed_job(job: pb.PushedJob, field: str, records: dict[bytes, JobRecord]) -> NewJob:
     validation.job_id(job.id, f"{field}.id")
-    try:
-        record = JobRecord.unpack(job.record)
-    except Exception as exc:  # msgpack errors, missing keys, bad values: not a record we wrote
-        raise InvalidArgument(f"{field}.record: not a job record ({type(exc).__name__})") from None
+    record = records.get(job.record)
+    if record is None:
+        try:
+            record = records[job.record] = JobRecord.unpack(job.record)
+        except Exception as exc:  # msgpack errors, missing keys, bad values: not a record we wrote
+            raise InvalidArgument(f"{field}.record: not a job record ({type(exc).__name__})") from None
     return NewJob(job.id, record, job.payload)

@@ -322,10 +322,14 @@ class LuaStateMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def enqueue(self, data: st.DataObject) -> None:
-        specs = data.draw(st.lists(JOB_SPECS, min_size=1, max_size=3), label="specs")
+        specs = data.draw(st.lists(JOB_SPECS, min_size=1, max_size=4), label="specs")
+        for i in range(1, len(specs)):
+            if data.draw(st.booleans(), label="alike the previous"):  # same kind, its own payload
+                specs[i] = (*specs[i - 1][:6], specs[i][6])
         batch: list[NewJob] = []
         expected: list[int] = []
         new_jobs: dict[str, MJob] = {}
+        records: dict[tuple[object, ...], JobRecord] = {}  # jobs alike share one record, as ingest's do
         for job_type, prio, offset, max_attempts, ttl, idem, payload in specs:
             known = sorted(self.jobs) + sorted(new_jobs)
             if known and data.draw(st.integers(0, 3), label="reuse") == 0:
@@ -333,15 +337,18 @@ class LuaStateMachine(RuleBasedStateMachine):
             else:
                 job_id = self.fresh_id()
             run_at = self.now + offset
-            record = JobRecord(
-                type=job_type,
-                priority=prio,
-                state=DELAYED,
-                run_at_ms=run_at,
-                enqueued_at_ms=self.now,
-                max_attempts=max_attempts,
-                lease_ttl_ms=ttl,
-                idempotency_key=idem,
+            record = records.setdefault(
+                (job_type, prio, offset, max_attempts, ttl, idem),
+                JobRecord(
+                    type=job_type,
+                    priority=prio,
+                    state=DELAYED,
+                    run_at_ms=run_at,
+                    enqueued_at_ms=self.now,
+                    max_attempts=max_attempts,
+                    lease_ttl_ms=ttl,
+                    idempotency_key=idem,
+                ),
             )
             batch.append(NewJob(job_id, record, payload))
             if job_id in self.jobs or job_id in new_jobs:
