@@ -323,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
             "tls_key": args.tls_key,
             "tls_server_name": args.tls_server_name,
         }
-        with Client(args.target, timeout=args.timeout, **security) as client:
+        # One call per run, often through a port-forward that reaches only the target: any
+        # dispatcher takes an enqueue, so no shard map is read to send it to the owner.
+        with Client(args.target, timeout=args.timeout, route=False, **security) as client:
             data, text = args.func(client, args)
     except UsageError as exc:
         print(f"dispatcherctl: {exc}", file=sys.stderr)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -278,6 +280,19 @@ def test_clients_send_each_job_to_its_shards_owner(start_dispatcher, redis_url, 
     assert len(set(sync_ids)) == 1 + 2 * len(theirs)
     with Client(procs[1].target) as client:
         assert all(client.get_job(job_id).type in theirs for job_id in ids + sync_ids)
+
+    # dispatcherctl makes one call, often through a port-forward that reaches only its target: it
+    # sends the job there, which commits it even while the owner cannot take the hand-off.
+    procs[1].signal(signal.SIGSTOP)
+    try:
+        cli = subprocess.run(
+            [sys.executable, "-m", "dispatcher.ctl", "--target", procs[0].target, "--timeout", "15",
+             "enqueue", theirs[2]],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        procs[1].signal(signal.SIGCONT)
+    assert cli.returncode == 0, cli.stderr
 
     procs[1].kill()  # its shards stay in the map until its ownership lapses (6 s)
 
