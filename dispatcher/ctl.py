@@ -323,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
             "tls_key": args.tls_key,
             "tls_server_name": args.tls_server_name,
         }
-        # One call per run, often through a port-forward that reaches only the target: any
-        # dispatcher takes an enqueue, so no shard map is read to send it to the owner.
+        # Never routed (the default, kept explicit): one call per run, often through a port-forward
+        # that reaches only the target, and any dispatcher takes an enqueue.
         with Client(args.target, timeout=args.timeout, route=False, **security) as client:
             data, text = args.func(client, args)
     except UsageError as exc:

@@ -75,13 +75,12 @@ class Client:
     Safe to share between threads.
 
     ``token``, ``tls``, ``tls_ca``, ``tls_cert``, ``tls_key``, ``tls_server_name``: see
-    :func:`resolve_security` (defaults from SHARDQ_TOKEN and SHARDQ_TLS*). Enqueues go straight to
-    the dispatcher process that owns the job type's shard (see ``_routing``); ``route=False`` sends
-    everything to ``target``, for a client that can reach only that address.
+    :func:`resolve_security` (defaults from SHARDQ_TOKEN and SHARDQ_TLS*). ``route=True`` sends each
+    enqueue straight to the dispatcher process that owns the job type's shard (see ``_routing``).
     """
 
     def __init__(
-        self, target: str | None = None, *, timeout: float = 30.0, route: bool = True, **security: Any
+        self, target: str | None = None, *, timeout: float = 30.0, route: bool = False, **security: Any
     ) -> None:
         self.target = resolve_target(target)
         self.timeout = timeout
@@ -256,15 +255,10 @@ class Client:
 
 
 class AsyncClient:
-    """asyncio client with the same methods and options as ``Client``, awaited.
-
-    Enqueues go straight to the dispatcher process that owns the job type's shard, found in the
-    shard map (see ``_routing``); ``route=False`` sends everything to ``target``, for a client that
-    can reach only that address and not the dispatchers' advertised ones.
-    """
+    """asyncio client with the same methods and options as ``Client`` (``route`` included), awaited."""
 
     def __init__(
-        self, target: str | None = None, *, timeout: float = 30.0, route: bool = True, **security: Any
+        self, target: str | None = None, *, timeout: float = 30.0, route: bool = False, **security: Any
     ) -> None:
         self.target = resolve_target(target)
         self.timeout = timeout

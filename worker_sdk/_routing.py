@@ -1,5 +1,5 @@
-"""Where a client (``Client`` or ``AsyncClient``) sends an enqueue: to the dispatcher process that
-owns the job's shard.
+"""Where a client (``Client`` or ``AsyncClient``) with ``route=True`` sends an enqueue: to the
+dispatcher process that owns the job's shard.
 
 Any dispatcher accepts any job. One that does not own the job type's shard commits the job and then
 hands it to the owner over gRPC, which made a single enqueue about 2-3 ms slower on a 2-process
@@ -10,6 +10,13 @@ the background, ``Client`` in the one calling thread that finds it stale); a sha
 still served (its old owner hands the job on). Until the map is known, when it cannot be read (an
 old dispatcher, a token without the right), for shards without an owner, and for ``AVOID_S`` after
 an owner could not be reached, jobs go to the client's target as before.
+
+It is off by default because it trades availability for that latency: a call routed to an owner
+that is frozen or partitioned away (its TCP connection up, nothing answering) waits out the call's
+deadline and fails, since a call that may have arrived cannot be resent without risking a second
+job; through the target, the job is committed and the failed hand-off only delays its queueing
+(the shard is flagged for its owner to reconcile). Turn it on for clients that reach the
+dispatchers' advertised addresses and prefer the latency.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""shardq's driver: ``AsyncClient`` (one call per job, ``enqueue_many`` per batch) and
-``worker_sdk.serve`` workers with an async no-op handler. Runs in the project's own environment;
+"""shardq's driver: ``AsyncClient`` with ``route=True`` (one call per job, ``enqueue_many`` per
+batch) and ``worker_sdk.serve`` workers with an async no-op handler. Runs in the project's own environment;
 the harness starts the dispatcher and passes its address in SHARDQ_TARGET.
 
 Jobs are spread over BENCH_JOB_TYPES types (default 8), as an application's many job types are, so
@@ -29,7 +29,7 @@ class ShardqAdapter(_driver.Adapter):
 
     def __init__(self) -> None:
         self.types = job_types()
-        self.settings = {"client": "AsyncClient (one call per job, enqueue_many per batch)",
+        self.settings = {"client": "AsyncClient(route=True) (one call per job, enqueue_many per batch)",
                          "job_types": len(self.types),
                          "worker_concurrency": CONCURRENCY}  # fmt: skip
         self.client: Any = None
@@ -37,7 +37,7 @@ class ShardqAdapter(_driver.Adapter):
     async def open(self) -> None:
         from worker_sdk import AsyncClient
 
-        self.client = AsyncClient(os.environ["SHARDQ_TARGET"])
+        self.client = AsyncClient(os.environ["SHARDQ_TARGET"], route=True)  # the bench reaches every process
 
     async def close(self) -> None:
         await self.client.close()

@@ -236,17 +236,21 @@ def test_only_the_owner_runs_scripts_on_a_shard(start_dispatcher, redis_url, db_
 
 @POSTGRES
 def test_clients_send_each_job_to_its_shards_owner(start_dispatcher, redis_url, db_url):
-    """With the process at the client's target frozen, jobs whose shards the other process owns are
-    still enqueued by ``AsyncClient`` and by ``Client`` (from several threads): they go to their
-    owner, not through the target. Once an owner is gone, its jobs go through the target again
-    (which commits them and flags the shard for whoever takes it over)."""
+    """With ``route=True`` and the process at the client's target frozen, jobs whose shards the
+    other process owns are still enqueued by ``AsyncClient`` and by ``Client`` (from several
+    threads): they go to their owner, not through the target. With the owner frozen, a client that
+    does not route (the default, and dispatcherctl) still gets its job committed by the target. Once
+    an owner is gone, routed jobs go through the target again (which commits them and flags the
+    shard for whoever takes it over)."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
     from shardmap import shard_for
     from worker_sdk import AsyncClient
 
-    procs = [start_dispatcher(redis_url, db_url, shard_count=SHARDS) for _ in range(2)]
+    # Ownership outlives the owner's freeze below (each unrouted enqueue waits out a 5 s hand-off).
+    ttl = 20_000
+    procs = [start_dispatcher(redis_url, db_url, shard_count=SHARDS, ownership_ttl_ms=ttl) for _ in range(2)]
     wait_until(lambda: _settled(procs[0].target, 2), timeout=30)
     with Client(procs[0].target) as client:
         client.rebalance()
@@ -256,7 +260,7 @@ def test_clients_send_each_job_to_its_shards_owner(start_dispatcher, redis_url, 
     assert len(theirs) >= 3
 
     async def enqueue_while_the_target_is_frozen() -> list[str]:
-        async with AsyncClient(procs[0].target, timeout=10) as client:
+        async with AsyncClient(procs[0].target, timeout=10, route=True) as client:
             ids = [await client.enqueue(theirs[0])]  # reads the shard map
             procs[0].signal(signal.SIGSTOP)
             try:
@@ -269,7 +273,7 @@ def test_clients_send_each_job_to_its_shards_owner(start_dispatcher, redis_url, 
 
     ids = asyncio.run(enqueue_while_the_target_is_frozen())
     assert len(set(ids)) == 2 + 2 * len(theirs)
-    with Client(procs[0].target, timeout=10) as client, ThreadPoolExecutor(4) as threads:
+    with Client(procs[0].target, timeout=10, route=True) as client, ThreadPoolExecutor(4) as threads:
         sync_ids = [client.enqueue(theirs[0])]  # reads the shard map
         procs[0].signal(signal.SIGSTOP)
         try:
@@ -281,10 +285,12 @@ def test_clients_send_each_job_to_its_shards_owner(start_dispatcher, redis_url, 
     with Client(procs[1].target) as client:
         assert all(client.get_job(job_id).type in theirs for job_id in ids + sync_ids)
 
-    # dispatcherctl makes one call, often through a port-forward that reaches only its target: it
-    # sends the job there, which commits it even while the owner cannot take the hand-off.
+    # Not routed, a job goes to the target, which commits it even while the owner cannot take the
+    # hand-off (dispatcherctl often reaches the cluster through a port-forward to one process).
     procs[1].signal(signal.SIGSTOP)
     try:
+        with Client(procs[0].target, timeout=15) as client:
+            unrouted_id = client.enqueue(theirs[2])
         cli = subprocess.run(
             [sys.executable, "-m", "dispatcher.ctl", "--target", procs[0].target, "--timeout", "15",
              "enqueue", theirs[2]],
@@ -293,17 +299,19 @@ def test_clients_send_each_job_to_its_shards_owner(start_dispatcher, redis_url, 
     finally:
         procs[1].signal(signal.SIGCONT)
     assert cli.returncode == 0, cli.stderr
+    with Client(procs[0].target) as client:
+        assert client.get_job(unrouted_id).type == client.get_job(cli.stdout.strip()).type == theirs[2]
 
-    procs[1].kill()  # its shards stay in the map until its ownership lapses (6 s)
+    procs[1].kill()  # its shards stay in the map until its ownership lapses (20 s)
 
     async def enqueue_after_the_owner_died() -> tuple[str, set[str]]:
-        async with AsyncClient(procs[0].target, timeout=10) as client:
+        async with AsyncClient(procs[0].target, timeout=10, route=True) as client:
             job_id = await client.enqueue(theirs[0])
             return job_id, set(client._routes._avoid_until)  # type: ignore[union-attr]
 
     job_id, avoided = asyncio.run(enqueue_after_the_owner_died())
     assert avoided == {procs[1].target}  # the owner was tried, could not be reached...
-    with Client(procs[0].target, timeout=10) as client:
+    with Client(procs[0].target, timeout=10, route=True) as client:
         sync_id = client.enqueue(theirs[1])
         assert set(client._routes._avoid_until) == {procs[1].target}  # type: ignore[union-attr]
         assert client.get_job(job_id).type == theirs[0]  # ...and the target took the jobs
