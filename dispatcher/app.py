@@ -218,10 +218,9 @@ class Dispatcher:
         if not address:  # the view may predate the shard's current owner: read it again
             address = (await self.coordinator.refresh()).address_of_owner(shard)
         if address and address != self.advertise:
-            packed = {id(j.record): j.record.pack() for j in jobs}  # jobs alike share a record
             request = pb.PushJobsRequest(
                 shard=shard,
-                jobs=[pb.PushedJob(id=j.id, record=packed[id(j.record)], payload=j.payload) for j in jobs],
+                jobs=[pb.PushedJob(id=j.id, record=j.record.pack(), payload=j.payload) for j in jobs],
             )
             try:
                 await self.peers.shard_service(address).PushJobs(

@@ -33,7 +33,16 @@ class JobRecord:
     dead_reason: str = ""  # z: why it is dead (for a new owner that finds it unrecorded in the DB)
 
     def pack(self, state: JobState | None = None) -> bytes:
-        """msgpack of the record; ``state`` replaces its state (a new job's is decided when queued)."""
+        """msgpack of the record; ``state`` replaces its state (a new job's is decided when queued).
+        Kept per state on the record: the jobs of one kind in an enqueue share one record (see
+        ingest), so it is packed once for all of them, for the script call and for a hand-off."""
+        packed: dict[JobState | None, bytes] = self.__dict__.setdefault("_packed", {})  # not a field
+        raw = packed.get(state)
+        if raw is None:
+            raw = packed[state] = self._encode(state)
+        return raw
+
+    def _encode(self, state: JobState | None) -> bytes:
         data: dict[str, Any] = {
             "t": self.type,
             "p": int(self.priority),

@@ -111,18 +111,12 @@ class WorkingSet:
         """Returns per job 0 (already present), 1 (ready) or 2 (delayed)."""
         k = ShardKeys(shard)
         groups: dict[tuple[str, int], int] = {}  # (type, class) -> 1-based group
-        # Jobs enqueued together often share one record object (the ingest path makes one per kind
-        # of job): pack each once. Keyed by identity, which the jobs keep alive for this call.
-        packed: dict[int, tuple[bytes, int]] = {}
         job_args: list[Any] = []
         for job in jobs:
             rec = job.record
-            known = packed.get(id(rec))
-            if known is None:
-                group = groups.setdefault((rec.type, int(rec.priority)), len(groups) + 1)
-                state = JobState.READY if rec.run_at_ms <= now else JobState.DELAYED
-                known = packed[id(rec)] = (rec.pack(state), group)
-            job_args += [job.id, known[0], job.payload, known[1], rec.run_at_ms]
+            group = groups.setdefault((rec.type, int(rec.priority)), len(groups) + 1)
+            state = JobState.READY if rec.run_at_ms <= now else JobState.DELAYED
+            job_args += [job.id, rec.pack(state), job.payload, group, rec.run_at_ms]
         keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.seq, k.types]
         keys += [k.ready(job_type, cls) for job_type, cls in groups]
         header = [epoch, now, len(groups), *(x for group in groups for x in group)]

@@ -18,7 +18,7 @@ from dispatcher.tls import ChannelSecurity
 from ._convert import STATUS_NAMES, JobInfo, QueueStats, dead_filter, job_spec
 from ._errors import from_rpc_error
 from ._pipelining import EnqueuePipeline
-from ._routing import OwnerRoutes, never_sent
+from ._routing import OwnerRoutes
 from ._schedules import Schedule, ScheduleInfo, schedule_from
 
 DEFAULT_TARGET = "127.0.0.1:7070"
@@ -110,9 +110,7 @@ class Client:
                 request, timeout=self.timeout, metadata=self._metadata
             )
         except grpc.RpcError as exc:
-            if exc.code() is grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
-                self._routes.unreachable(address)
-            if never_sent(exc):
+            if self._routes.failed(address, exc):
                 return self._call(method, request)
             raise from_rpc_error(exc) from None
 
@@ -334,9 +332,7 @@ class AsyncClient:
         try:
             return await getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:
-            if exc.code() is grpc.StatusCode.UNAVAILABLE:
-                self._routes.unreachable(address)
-            if never_sent(exc):
+            if self._routes.failed(address, exc):
                 return await self._call(method, request)
             raise from_rpc_error(exc) from None
 

@@ -69,13 +69,13 @@ class OwnerRoutes:
         addresses = {self.address(t) for t in set(job_types)}
         return addresses.pop() if len(addresses) == 1 else self.target
 
-    def unreachable(self, address: str) -> None:
-        """An owner could not be reached: use the target instead for a while, and re-read the map."""
+    def failed(self, address: str, exc: Any) -> bool:
+        """A call routed to ``address`` failed with ``exc`` (a blocking or asyncio call's error).
+        An owner that is unavailable is avoided for a while and the map re-read. Returns whether to
+        send the call to the target instead: only when it certainly never reached a dispatcher (no
+        connection could be made), so that it cannot enqueue a job twice."""
+        if exc.code() is not grpc.StatusCode.UNAVAILABLE:
+            return False
         self._avoid_until[address] = time.monotonic() + AVOID_S
         self._read_at = time.monotonic() - MAP_REFRESH_S
-
-
-def never_sent(exc: Any) -> bool:
-    """Whether a failed call certainly did not reach a dispatcher (no connection could be made), so
-    sending it elsewhere cannot enqueue a job twice. ``exc``: a failed call's error, blocking or asyncio."""
-    return exc.code() is grpc.StatusCode.UNAVAILABLE and "failed to connect" in (exc.details() or "").lower()
+        return "failed to connect" in (exc.details() or "").lower()

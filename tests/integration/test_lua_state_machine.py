@@ -218,6 +218,20 @@ class LuaStateMachine(RuleBasedStateMachine):
         self.serial += 1
         return f"job-{self.serial:04d}"
 
+    def new_record(self, spec: tuple[Any, ...], state: JobState) -> JobRecord:
+        """The record of a job drawn from JOB_SPECS, enqueued now."""
+        job_type, prio, offset, max_attempts, ttl, idem, _payload = spec
+        return JobRecord(
+            type=job_type,
+            priority=prio,
+            state=state,
+            run_at_ms=self.now + offset,
+            enqueued_at_ms=self.now,
+            max_attempts=max_attempts,
+            lease_ttl_ms=ttl,
+            idempotency_key=idem,
+        )
+
     def in_state(self, *states: JobState) -> list[MJob]:
         return sorted((j for j in self.jobs.values() if j.state in states), key=lambda j: j.id)
 
@@ -330,26 +344,15 @@ class LuaStateMachine(RuleBasedStateMachine):
         expected: list[int] = []
         new_jobs: dict[str, MJob] = {}
         records: dict[tuple[object, ...], JobRecord] = {}  # jobs alike share one record, as ingest's do
-        for job_type, prio, offset, max_attempts, ttl, idem, payload in specs:
+        for spec in specs:
+            job_type, prio, offset, max_attempts, ttl, idem, payload = spec
             known = sorted(self.jobs) + sorted(new_jobs)
             if known and data.draw(st.integers(0, 3), label="reuse") == 0:
                 job_id = data.draw(st.sampled_from(known), label="existing id")  # must be skipped
             else:
                 job_id = self.fresh_id()
             run_at = self.now + offset
-            record = records.setdefault(
-                (job_type, prio, offset, max_attempts, ttl, idem),
-                JobRecord(
-                    type=job_type,
-                    priority=prio,
-                    state=DELAYED,
-                    run_at_ms=run_at,
-                    enqueued_at_ms=self.now,
-                    max_attempts=max_attempts,
-                    lease_ttl_ms=ttl,
-                    idempotency_key=idem,
-                ),
-            )
+            record = records.setdefault(spec[:6], self.new_record(spec, DELAYED))
             batch.append(NewJob(job_id, record, payload))
             if job_id in self.jobs or job_id in new_jobs:
                 expected.append(0)
@@ -714,23 +717,7 @@ class LuaStateMachine(RuleBasedStateMachine):
         if len(self.jobs) > 0 and data.draw(st.booleans(), label="with a known one"):
             ids.append(data.draw(st.sampled_from(sorted(self.jobs)), label="known id"))  # must be left alone
         run_at = self.now + offset
-        batch = [
-            NewJob(
-                job_id,
-                JobRecord(
-                    type=job_type,
-                    priority=prio,
-                    state=READY,
-                    run_at_ms=run_at,
-                    enqueued_at_ms=self.now,
-                    max_attempts=max_attempts,
-                    lease_ttl_ms=ttl,
-                    idempotency_key=idem,
-                ),
-                payload,
-            )
-            for job_id in ids
-        ]
+        batch = [NewJob(job_id, self.new_record(spec, READY), payload) for job_id in ids]
         self.jobs[ids[0]] = MJob(
             ids[0], job_type, prio, DELAYED, run_at, self.now, max_attempts, ttl, idem, payload
         )
@@ -791,21 +778,7 @@ class LuaStateMachine(RuleBasedStateMachine):
     )
     def stale_epoch_is_fenced(self, data: st.DataObject, op: str, spec: tuple[Any, ...]) -> None:
         old = data.draw(st.sampled_from(self.stale_epochs), label="stale epoch")
-        job_type, prio, offset, max_attempts, ttl, idem, payload = spec
-        ghost = NewJob(
-            "fenced-out",
-            JobRecord(
-                type=job_type,
-                priority=prio,
-                state=DELAYED,
-                run_at_ms=self.now + offset,
-                enqueued_at_ms=self.now,
-                max_attempts=max_attempts,
-                lease_ttl_ms=ttl,
-                idempotency_key=idem,
-            ),
-            payload,
-        )
+        ghost = NewJob("fenced-out", self.new_record(spec, DELAYED), spec[-1])
         calls: dict[str, Any] = {
             "enqueue": lambda: self.ws.enqueue(SHARD, old, self.now, [ghost]),
             "promote": lambda: self.ws.promote_due(SHARD, old, self.now, 5),
