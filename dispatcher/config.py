@@ -12,6 +12,9 @@ from shardmap import DEFAULT_SHARD_COUNT, MAX_SHARD_COUNT
 
 from .errors import ConfigError
 
+# A lease held back longer than this would eat into short lease TTLs (100 ms at least).
+MAX_LEASE_AHEAD_MS = 50
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -123,6 +126,10 @@ class Settings:
     reconcile_interval_s: float = 300.0
     #: SHARDQ_LEASE_BATCH: most leases sent to one worker in one message.
     lease_batch: int = 256
+    #: SHARDQ_LEASE_AHEAD_MS: a delayed job is made ready and leased this long before its run_at; the
+    #: lease waits in the dispatcher and goes to the worker at the instant, so the job starts without
+    #: the promote and lease round trips in between. 0: promoted at the instant.
+    lease_ahead_ms: int = 20
     #: SHARDQ_SCHEDULE_TICK_MS: how often a shard owner looks for due schedule occurrences.
     schedule_tick_ms: int = 1_000
     #: SHARDQ_SCHEDULE_LOOKAHEAD_MS: occurrences become delayed jobs this long before they are due,
@@ -172,6 +179,8 @@ class Settings:
             raise ConfigError("processes must be in 1..256")
         if self.reconnect_grace_ms < 0 or self.flush_interval_ms < 0:
             raise ConfigError("durations cannot be negative")
+        if not 0 <= self.lease_ahead_ms <= MAX_LEASE_AHEAD_MS:
+            raise ConfigError(f"lease ahead must be in 0..{MAX_LEASE_AHEAD_MS} ms")
         if not 10 <= self.schedule_tick_ms <= 60_000:
             raise ConfigError("schedule tick must be in 10..60000 ms")
         if not 0 <= self.schedule_lookahead_ms <= 3_600_000 or self.schedule_misfire_grace_ms < 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -12,9 +13,10 @@ import structlog
 from shardmap import shard_for
 
 from ._pb import shardq_pb2 as pb
-from .clock import steady_ms, wall_ms
+from .clock import steady_ms, wall_ms, wall_ms_exact
 from .errors import REDIS_DOWN, DispatcherError, NotOwner
 from .fairness import FairPicker
+from .precise_timer import precise_timer
 from .states import Priority
 from .status_writer import LEASE_WRITE_DELAY_MS, lease_update
 from .validation import priority_to_pb
@@ -31,6 +33,10 @@ OUTBOX_LIMIT_BYTES = 4 << 20
 # After we end a stream (redirect, shutdown), results the worker wrote before it saw that are still on
 # their way: we read on until it half-closes, at most this long, so a finished job does not run again.
 RESULTS_GRACE_S = 3.0
+# A lease granted before its job's run_at is sent at run_at by the precise timer (wall clock), and at
+# the latest this long after the wait planned, by the loop's own clock, should the wall clock step back.
+UNSENT_SLACK_S = 0.05
+STALE_TOKEN = "stale token: the lease is no longer valid"
 
 
 class WorkerSession:
@@ -45,6 +51,8 @@ class WorkerSession:
         self.credit = 0
         self.held: dict[str, tuple[str, int]] = {}  # job id -> (token, shard)
         self.types_of: dict[str, str] = {}  # job id -> type, for the leases this stream handed out
+        # Leases granted ahead of their job's run_at (the promoter's lease_ahead_ms), sent at it.
+        self.unsent: dict[str, pb.Lease] = {}
         self.outbox: asyncio.Queue[pb.DispatcherMessage | None] = asyncio.Queue()
         self._outbox_bytes = 0
         self._room = asyncio.Event()  # set while the outbox is under OUTBOX_LIMIT_BYTES
@@ -66,6 +74,14 @@ class WorkerSession:
             self._outbox_bytes += message.ByteSize()
             if self._outbox_bytes > OUTBOX_LIMIT_BYTES:
                 self._room.clear()
+
+    def reject(self, job_id: str, token: str, shard: int, reason: str) -> None:
+        ref = pb.LeaseRef(job_id=job_id, token=token, shard=shard)
+        self.send(
+            pb.DispatcherMessage(
+                rejected=pb.LeasesRejected(leases=[pb.LeaseRejected(ref=ref, reason=reason)])
+            )
+        )
 
     async def next_message(self) -> pb.DispatcherMessage | None:
         """The next message for the worker; None once the session is closed."""
@@ -98,6 +114,7 @@ class WorkerSession:
 
     def forget(self, job_id: str) -> str:
         """Drop a lease this worker no longer holds; returns its job type when known."""
+        self.unsent.pop(job_id, None)
         job_type = self.types_of.pop(job_id, "")
         if self.held.pop(job_id, None) is not None:
             self.app.sessions.holders.pop(job_id, None)
@@ -200,11 +217,43 @@ class WorkerSession:
             self.hold(g.id, g.token, g.shard)
             self.types_of[g.id] = g.type
             self.app.writer.record(shard, lease_update(g, now), defer_ms=LEASE_WRITE_DELAY_MS)
-        self.send(pb.DispatcherMessage(leases=pb.Leases(leases=[_lease_message(g) for g in grants])))
+        self._send_leases(grants)
         for g in grants:
             self.log.debug("job leased", job=g.id, type=g.type, shard=g.shard, attempt=g.attempt)
         self.app.metrics_leased(grants)
         return len(grants), unfilled
+
+    def _send_leases(self, grants: list[Grant]) -> None:
+        """Send the leases of due jobs now, and each of the others at its job's run_at."""
+        now = wall_ms_exact()
+        due: list[pb.Lease] = []
+        ahead: dict[int, list[str]] = defaultdict(list)
+        for g in grants:
+            message = _lease_message(g)
+            if g.run_at_ms > now:
+                self.unsent[g.id] = message
+                ahead[g.run_at_ms].append(g.id)
+            else:
+                due.append(message)
+        if due:
+            self.send(pb.DispatcherMessage(leases=pb.Leases(leases=due)))
+        loop = asyncio.get_running_loop()
+        for run_at_ms, job_ids in ahead.items():
+            send = functools.partial(self._send_unsent, job_ids)
+            precise_timer.call_at(run_at_ms, send)
+            loop.call_later((run_at_ms - now) / 1000 + UNSENT_SLACK_S, send)
+
+    def _send_unsent(self, job_ids: list[str]) -> None:
+        if self.closed:
+            return  # closing releases what is still unsent
+        leases = [m for m in (self.unsent.pop(j, None) for j in job_ids) if m is not None]
+        if leases:
+            self.send(pb.DispatcherMessage(leases=pb.Leases(leases=leases)))
+
+    def withdraw(self, job_id: str) -> bool:
+        """Take back a lease whose message has not been sent (its job is not due yet): True if it was
+        one. The worker never learns of it; the lease stays held until the caller settles it."""
+        return self.unsent.pop(job_id, None) is not None
 
 
 def _lease_message(g: Grant) -> pb.Lease:
