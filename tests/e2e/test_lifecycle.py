@@ -178,6 +178,36 @@ def test_cancel_delayed_and_running_jobs(dispatcher, start_worker, ledger):
         assert client.cancel(marker) == "succeeded"
 
 
+def test_cancel_while_the_lease_waits_for_run_at(start_dispatcher, redis_url, db_url, start_worker, ledger):
+    """A delayed job is leased lease_ahead_ms before its run_at and its lease waits in the dispatcher
+    until then: a cancel landing in that window must take the lease back (the job never runs), not
+    report it running. Cancels aimed at 20 ms before each job's run_at land before the promotion,
+    in the window or after the start; each outcome must hold to its word, and some must hit the window."""
+    proc = start_dispatcher(redis_url, db_url, lease_ahead_ms=50)
+    start_worker(proc.target, types="sleep", concurrency=32)
+    with Client(proc.target) as client:
+        client.enqueue("sleep", {"sleep": 0})
+        wait_until(lambda: len(_ends(ledger)) == 1)
+        first = time.time() + 1.0
+        run_ats = [first + i * 0.2 for i in range(20)]
+        ids = [client.enqueue("sleep", {"sleep": 30}, run_at=t) for t in run_ats]
+        outcomes = {}
+        for job_id, run_at in zip(ids, run_ats, strict=True):
+            time.sleep(max(0.0, run_at - 0.020 - time.time()))
+            outcomes[job_id] = client.cancel(job_id)
+        wait_until(lambda: all(client.get_job(i).status == "cancelled" for i in ids), timeout=20)
+        marker = client.enqueue("sleep", {"sleep": 0}, delay=0.2)  # a lease sent late would be out by now
+        wait_until(lambda: client.get_job(marker).status == "succeeded", timeout=10)
+        started = {e["job"] for e in _starts(ledger)}
+        jobs = {i: client.get_job(i) for i in ids}
+    assert set(outcomes.values()) <= {"cancelled", "leased"}, outcomes
+    for job_id, outcome in outcomes.items():
+        assert (job_id in started) == (outcome == "leased"), f"{job_id}: cancel said {outcome}"
+    withdrawn = [i for i in ids if jobs[i].last_error == "cancelled before it started"]
+    assert withdrawn, f"no cancel landed while a lease waited: {Counter(outcomes.values())}"
+    assert all(outcomes[i] == "cancelled" for i in withdrawn)
+
+
 @pytest.mark.parametrize("loss", ["flushall", "restart"])
 def test_redis_data_loss_loses_no_job(loss, start_dispatcher, private_redis, db_url, start_worker, ledger):
     proc = start_dispatcher(private_redis.url, db_url)

@@ -41,6 +41,8 @@ def test_overrides_win_over_env():
         ({"SHARDQ_PRIORITY_WEIGHTS": "1,2"}, "three"),
         ({"SHARDQ_PRIORITY_WEIGHTS": "high=x"}, "weights"),
         ({"SHARDQ_PRIORITY_WEIGHTS": "0,1,1"}, ">= 1"),
+        ({"SHARDQ_LEASE_AHEAD_MS": "51"}, "lease ahead"),
+        ({"SHARDQ_LEASE_AHEAD_MS": "-1"}, "lease ahead"),
     ],
 )
 def test_bad_settings_are_rejected_with_a_message(env, message):
