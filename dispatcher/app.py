@@ -24,12 +24,12 @@ from .promoter import Promoter
 from .reaper import Reaper
 from .reconciler import Reconciler
 from .scheduler import Scheduler
-from .sessions import RESULTS_GRACE_S, STALE_TOKEN, SessionRegistry, WorkerSession
+from .sessions import RESULTS_GRACE_S, SessionRegistry, WorkerSession
 from .states import JobState, Priority
-from .status_writer import LEASE_EXPIRED_ERROR, StatusWriter, transition_update
+from .status_writer import LEASE_EXPIRED_ERROR, StatusWriter, returned_update, transition_update
 from .store import Store
 from .tls import ChannelSecurity
-from .working_set import Grant, NackSpec, NewJob, Transition, WorkingSet
+from .working_set import Grant, NewJob, Transition, WorkingSet
 
 log = structlog.get_logger("shardq.dispatcher")
 
@@ -204,11 +204,10 @@ class Dispatcher:
             return "cancelled"
         if outcome.code == 2:
             holder = self.sessions.holders.get(job_id)
-            if holder is not None and holder.withdraw(job_id):
-                # Leased ahead of its run_at and not sent yet: it never runs. Flagged by the cancel,
-                # the failed attempt makes it cancelled.
-                spec = NackSpec(job_id, outcome.token, "not_retryable")
-                await self.settle_nacks(holder, shard, [(spec, "cancelled before it started")])
+            grant = holder.withdraw(job_id) if holder is not None else None
+            if holder is not None and grant is not None:
+                # Leased ahead of its run_at and not sent yet: it never runs.
+                await self.return_unsent(holder, [grant])
                 await self.writer.flush()
                 return "cancelled"
             if holder is not None:
@@ -324,30 +323,6 @@ class Dispatcher:
         if promoter is not None:
             promoter.wake(run_at_ms)
 
-    async def settle_nacks(
-        self, session: WorkerSession, shard: int, nacks: list[tuple[NackSpec, str]]
-    ) -> None:
-        """Apply failed attempts of one shard's leases held by ``session``, each with its error text."""
-        now = wall_ms()
-        results = await self.working_set.retry(shard, now, [spec for spec, _ in nacks], self.settings.retry)
-        for (spec, error), t in zip(nacks, results, strict=True):
-            job_type = session.forget(spec.id)
-            if t is None:
-                session.reject(spec.id, spec.token, shard, STALE_TOKEN)
-                continue
-            self.writer.record(shard, transition_update(t, now, error=error or "error"))
-            self.after_transition(t)
-            self.metrics_finished([(t, job_type)], "nack")
-            session.log.info(
-                "job nacked",
-                job=spec.id,
-                type=job_type,
-                shard=shard,
-                attempt=t.attempts,
-                outcome=str(t.state),
-                dead_reason=t.dead_reason or None,
-            )
-
     def after_transition(self, t: Transition) -> None:
         if t.state is JobState.DELAYED:
             self.wake_promoter(t.shard, t.run_at_ms)
@@ -374,20 +349,41 @@ class Dispatcher:
         next process), its leases lapse after the reconnect grace unless it reconnects first."""
         session.close()
         self.sessions.remove(session)
-        # Leases the worker never received (their jobs were not due yet) are released at once.
-        unsent = set(session.unsent)
-        session.unsent.clear()
-        refs = {job_id: (job_id, token, shard) for job_id, (token, shard) in session.held.items()}
-        sent = [ref for job_id, ref in refs.items() if job_id not in unsent]
-        if unsent:
-            await self.release_leases([refs[job_id] for job_id in unsent if job_id in refs], grace_ms=0)
-        if sent and not self.stopping:
-            await self.release_leases(sent)
-        session.log.info("worker disconnected", held=len(sent), unsent=len(unsent))
+        await self.return_unsent(session, session.withdraw_all())  # leases the worker never received
+        if session.held and not self.stopping:
+            await self.release_leases(
+                [(job_id, token, shard) for job_id, (token, shard) in session.held.items()]
+            )
+        session.log.info("worker disconnected", held=len(session.held))
 
-    async def release_leases(self, refs: list[tuple[str, str, int]], grace_ms: int | None = None) -> None:
-        """Leases end after the reconnect grace (or ``grace_ms``) unless extended by then."""
-        until = steady_ms() + (self.settings.reconnect_grace_ms if grace_ms is None else grace_ms)
+    async def return_unsent(self, session: WorkerSession, grants: list[Grant]) -> None:
+        """Leases withdrawn from ``session`` before their messages went out: their jobs are ready again
+        as if never leased (or cancelled, if that was asked), and the worker's slots are free."""
+        by_shard: dict[int, list[Grant]] = {}
+        for g in grants:
+            session.forget(g.id)
+            by_shard.setdefault(g.shard, []).append(g)
+        session.add_credit(len(grants))  # the worker counts these slots as granted
+        for shard, group in by_shard.items():
+            try:
+                results = await self.working_set.return_leases(
+                    shard, [(g.id, g.token, g.type, g.priority) for g in group]
+                )
+            except REDIS_DOWN as exc:
+                log.warning("unsent leases not returned: they expire", shard=shard, error=str(exc))
+                continue
+            now = wall_ms()
+            returned = [(g, t) for g, t in zip(group, results, strict=True) if t is not None]
+            for g, t in returned:
+                self.writer.record(shard, returned_update(t, now))
+                session.log.info("unsent lease returned", job=g.id, type=g.type, outcome=str(t.state))
+            metrics.count(metrics.RETURNED, ((metrics.type_label(g.type), str(t.state)) for g, t in returned))
+            ready = [(g.type, int(g.priority)) for g, t in returned if t.state is JobState.READY]
+            if ready:
+                self.sessions.notify_ready(shard, ready)
+
+    async def release_leases(self, refs: list[tuple[str, str, int]]) -> None:
+        until = steady_ms() + self.settings.reconnect_grace_ms
         by_shard: dict[int, list[tuple[str, str]]] = {}
         for job_id, token, shard in refs:
             by_shard.setdefault(shard, []).append((job_id, token))

@@ -43,6 +43,12 @@ NACKED = Counter("shardq_jobs_nacked_total", "Handler failures reported by worke
 EXPIRED = Counter(
     "shardq_leases_expired_total", "Leases that expired (worker crash, hang, disconnect).", ["type"]
 )
+RETURNED = Counter(
+    "shardq_leases_returned_total",
+    "Leases taken back before their worker received them (granted ahead of run_at; a cancel, a "
+    "drain or a dropped stream came first), by what the job became: ready or cancelled.",
+    ["type", "outcome"],
+)
 DEAD = Counter("shardq_jobs_dead_lettered_total", "Jobs moved to the dead-letter queue.", ["type", "reason"])
 SCHEDULE_MATERIALIZED = Counter(
     "shardq_schedule_occurrences_materialized_total", "Schedule occurrences that became jobs.", ["type"]

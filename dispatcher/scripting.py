@@ -15,6 +15,7 @@ SCRIPT_NAMES = (
     "lease",
     "extend_lease",
     "shorten_lease",
+    "return_leases",
     "ack",
     "retry",
     "reap_leases",
@@ -53,6 +54,7 @@ class Scripts:
     lease: Any
     extend_lease: Any
     shorten_lease: Any
+    return_leases: Any
     ack: Any
     retry: Any
     reap_leases: Any

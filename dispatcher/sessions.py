@@ -36,7 +36,6 @@ RESULTS_GRACE_S = 3.0
 # A lease granted before its job's run_at is sent at run_at by the precise timer (wall clock), and at
 # the latest this long after the wait planned, by the loop's own clock, should the wall clock step back.
 UNSENT_SLACK_S = 0.05
-STALE_TOKEN = "stale token: the lease is no longer valid"
 
 
 class WorkerSession:
@@ -52,7 +51,7 @@ class WorkerSession:
         self.held: dict[str, tuple[str, int]] = {}  # job id -> (token, shard)
         self.types_of: dict[str, str] = {}  # job id -> type, for the leases this stream handed out
         # Leases granted ahead of their job's run_at (the promoter's lease_ahead_ms), sent at it.
-        self.unsent: dict[str, pb.Lease] = {}
+        self.unsent: dict[str, Grant] = {}
         self.outbox: asyncio.Queue[pb.DispatcherMessage | None] = asyncio.Queue()
         self._outbox_bytes = 0
         self._room = asyncio.Event()  # set while the outbox is under OUTBOX_LIMIT_BYTES
@@ -74,14 +73,6 @@ class WorkerSession:
             self._outbox_bytes += message.ByteSize()
             if self._outbox_bytes > OUTBOX_LIMIT_BYTES:
                 self._room.clear()
-
-    def reject(self, job_id: str, token: str, shard: int, reason: str) -> None:
-        ref = pb.LeaseRef(job_id=job_id, token=token, shard=shard)
-        self.send(
-            pb.DispatcherMessage(
-                rejected=pb.LeasesRejected(leases=[pb.LeaseRejected(ref=ref, reason=reason)])
-            )
-        )
 
     async def next_message(self) -> pb.DispatcherMessage | None:
         """The next message for the worker; None once the session is closed."""
@@ -114,10 +105,11 @@ class WorkerSession:
 
     def forget(self, job_id: str) -> str:
         """Drop a lease this worker no longer holds; returns its job type when known."""
-        self.unsent.pop(job_id, None)
         job_type = self.types_of.pop(job_id, "")
         if self.held.pop(job_id, None) is not None:
             self.app.sessions.holders.pop(job_id, None)
+        if self.unsent.pop(job_id, None) is not None:
+            self.add_credit(1)  # the worker counts the slot as granted: give it back
         return job_type
 
     def hold(self, job_id: str, token: str, shard: int) -> None:
@@ -226,34 +218,45 @@ class WorkerSession:
     def _send_leases(self, grants: list[Grant]) -> None:
         """Send the leases of due jobs now, and each of the others at its job's run_at."""
         now = wall_ms_exact()
+        hold_ms = self.app.settings.lease_ahead_ms + 1
         due: list[pb.Lease] = []
-        ahead: dict[int, list[str]] = defaultdict(list)
+        ahead: dict[int, list[tuple[str, str]]] = defaultdict(list)
         for g in grants:
-            message = _lease_message(g)
-            if g.run_at_ms > now:
-                self.unsent[g.id] = message
-                ahead[g.run_at_ms].append(g.id)
+            # A run_at further ahead than the promoter's lead is another clock's (a step, another
+            # process's): holding it could outlast the lease, so it goes now, as before the lead.
+            if 0 < g.run_at_ms - now <= hold_ms:
+                self.unsent[g.id] = g
+                ahead[g.run_at_ms].append((g.id, g.token))
             else:
-                due.append(message)
+                due.append(_lease_message(g))
         if due:
             self.send(pb.DispatcherMessage(leases=pb.Leases(leases=due)))
         loop = asyncio.get_running_loop()
-        for run_at_ms, job_ids in ahead.items():
-            send = functools.partial(self._send_unsent, job_ids)
+        for run_at_ms, refs in ahead.items():
+            send = functools.partial(self._send_unsent, refs)
             precise_timer.call_at(run_at_ms, send)
             loop.call_later((run_at_ms - now) / 1000 + UNSENT_SLACK_S, send)
 
-    def _send_unsent(self, job_ids: list[str]) -> None:
+    def _send_unsent(self, refs: list[tuple[str, str]]) -> None:
         if self.closed:
-            return  # closing releases what is still unsent
-        leases = [m for m in (self.unsent.pop(j, None) for j in job_ids) if m is not None]
+            return  # closing returns what is still unsent
+        leases = []
+        for job_id, token in refs:
+            grant = self.unsent.get(job_id)
+            if grant is not None and grant.token == token:  # not a later lease of the same job
+                del self.unsent[job_id]
+                leases.append(_lease_message(grant))
         if leases:
             self.send(pb.DispatcherMessage(leases=pb.Leases(leases=leases)))
 
-    def withdraw(self, job_id: str) -> bool:
-        """Take back a lease whose message has not been sent (its job is not due yet): True if it was
-        one. The worker never learns of it; the lease stays held until the caller settles it."""
-        return self.unsent.pop(job_id, None) is not None
+    def withdraw(self, job_id: str) -> Grant | None:
+        """Take back a lease whose message has not been sent (its job is not due yet), if it is one."""
+        return self.unsent.pop(job_id, None)
+
+    def withdraw_all(self) -> list[Grant]:
+        grants = list(self.unsent.values())
+        self.unsent.clear()
+        return grants
 
 
 def _lease_message(g: Grant) -> pb.Lease:

@@ -22,6 +22,7 @@ import structlog
 from . import failpoints
 from .clock import steady_ms
 from .errors import StoreUnavailable
+from .states import JobState
 from .store import Store, StoreUpdate
 from .wakeup import Wakeup, cancelling
 from .working_set import Grant, Transition, WorkingSet
@@ -281,9 +282,18 @@ LEASE_EXPIRED_ERROR = "lease expired: the worker crashed, hung or disconnected"
 
 
 def lease_update(grant: Grant, now: int) -> StoreUpdate:
+    # A lease granted ahead of run_at goes to the worker at run_at (sessions.py): it starts then.
+    started_at = max(now, grant.run_at_ms)
     return StoreUpdate(
-        grant.id, "leased", lease_until=grant.deadline_ms, attempts=grant.attempt, started_at=now
+        grant.id, "leased", lease_until=grant.deadline_ms, attempts=grant.attempt, started_at=started_at
     )
+
+
+def returned_update(t: Transition, now: int) -> StoreUpdate:
+    """The DB row of a job whose lease was taken back before its worker received it."""
+    if t.state is JobState.CANCELLED:
+        return StoreUpdate(t.id, "cancelled", attempts=t.attempts, finished_at=now)
+    return StoreUpdate(t.id, str(t.state), attempts=t.attempts)
 
 
 def transition_update(

@@ -15,7 +15,7 @@ from ._pb import shardq_pb2 as pb
 from ._pb import shardq_pb2_grpc as pb_grpc
 from .clock import steady_ms, wall_ms
 from .errors import REDIS_DOWN, DispatcherError, InvalidArgument, Unavailable
-from .sessions import RESULTS_GRACE_S, STALE_TOKEN, WorkerSession
+from .sessions import RESULTS_GRACE_S, WorkerSession
 from .status_writer import transition_update
 from .working_set import NackSpec
 
@@ -138,6 +138,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 elif kind == "drain":
                     session.draining = True
                     session.log.info("worker draining")
+                    await self.app.return_unsent(session, session.withdraw_all())
                 elif kind == "hello":
                     raise InvalidArgument("hello: sent twice on one stream")
                 else:
@@ -196,7 +197,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 job_type = session.forget(job_id)
                 if t is None:
                     session.log.info("stale ack rejected", job=job_id, token=token)
-                    session.reject(job_id, token, shard, STALE_TOKEN)
+                    session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
                 self.app.writer.record(shard, transition_update(t, now, result=result))
                 acked.append((t, job_type))
@@ -223,9 +224,34 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     validation.error_text(nack.error, MAX_ERROR_CHARS),
                 )
             )
+        now = wall_ms()
         for shard, group in _by_shard(items).items():
-            await self.app.settle_nacks(session, shard, [(spec, error) for *_, spec, error in group])
+            results = await self.app.working_set.retry(
+                shard, now, [g[3] for g in group], self.app.settings.retry
+            )
+            for (job_id, token, _, _, error), t in zip(group, results, strict=True):
+                job_type = session.forget(job_id)
+                if t is None:
+                    session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
+                    continue
+                self.app.writer.record(shard, transition_update(t, now, error=error or "error"))
+                self.app.after_transition(t)
+                self.app.metrics_finished([(t, job_type)], "nack")
+                session.log.info(
+                    "job nacked",
+                    job=job_id,
+                    type=job_type,
+                    shard=shard,
+                    attempt=t.attempts,
+                    outcome=str(t.state),
+                    dead_reason=t.dead_reason or None,
+                )
         session.wake.set()
+
+
+def _rejected(job_id: str, token: str, shard: int, reason: str) -> pb.DispatcherMessage:
+    ref = pb.LeaseRef(job_id=job_id, token=token, shard=shard)
+    return pb.DispatcherMessage(rejected=pb.LeasesRejected(leases=[pb.LeaseRejected(ref=ref, reason=reason)]))
 
 
 def _by_shard(items: list[Any]) -> dict[int, list[Any]]:

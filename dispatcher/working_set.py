@@ -22,14 +22,17 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-@dataclass(frozen=True)
+# The value objects made once or more per job (here and in store/base.py) are slotted, not frozen:
+# a frozen dataclass sets each field through object.__setattr__, 4-5x the cost of building it
+# (1.7 vs 0.35 us for a Grant). Nothing changes them once made.
+@dataclass(slots=True)
 class NewJob:
     id: str
     record: JobRecord
     payload: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Grant:
     """One lease handed to a worker."""
 
@@ -48,7 +51,7 @@ class Grant:
     payload: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Transition:
     """A job's state after a transition, as the status writer records it."""
 
@@ -244,6 +247,30 @@ class WorkingSet:
         for ref in refs:
             args += ref
         return int(await self.scripts.shorten_lease(keys=[k.jobs, k.leased], args=args))
+
+    async def return_leases(
+        self, shard: int, leases: Sequence[tuple[str, str, str, Priority]]
+    ) -> list[Transition | None]:
+        """Per (id, token, type, priority) of a lease its worker never received: the job READY again
+        at the head of its queue with the attempt uncounted, CANCELLED if a cancel asked, None if the
+        token no longer holds."""
+        k = ShardKeys(shard)
+        keys = [k.jobs, k.payloads, k.leased, k.counts, k.seq]
+        index: dict[str, int] = {}
+        args: list[Any] = []
+        for job_id, token, job_type, priority in leases:
+            key = k.ready(job_type, priority)
+            if key not in index:
+                keys.append(key)
+                index[key] = len(keys) - 5
+            args += [job_id, token, index[key]]
+        r = await self.scripts.return_leases(keys=keys, args=args)
+        out: list[Transition | None] = []
+        for n, (job_id, *_) in enumerate(leases):
+            outcome, attempts = int(r[2 * n]), int(r[2 * n + 1])
+            state = {1: JobState.READY, 2: JobState.CANCELLED}.get(outcome)
+            out.append(Transition(job_id, shard, state, attempts=attempts) if state else None)
+        return out
 
     async def ack(self, shard: int, now: int, refs: Sequence[tuple[str, str]]) -> list[Transition | None]:
         k = ShardKeys(shard)

@@ -21,7 +21,7 @@ COLUMNS = (
 ACTIVE_STATES = ("delayed", "ready", "leased")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made per job, see working_set.NewJob
 class JobRow:
     id: str
     type: str
@@ -72,7 +72,7 @@ class JobRow:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made per job, see working_set.NewJob
 class StoreUpdate:
     """A job's new status. None means "leave the column as it is" for the COALESCEd columns."""
 

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port
 from tests.support.processes import read_ledger
+from tests.support.scrape import metric_total
 from tests.support.wait import wait_until
 from worker_sdk import Client
 
@@ -180,11 +182,13 @@ def test_cancel_delayed_and_running_jobs(dispatcher, start_worker, ledger):
 
 def test_cancel_while_the_lease_waits_for_run_at(start_dispatcher, redis_url, db_url, start_worker, ledger):
     """A delayed job is leased lease_ahead_ms before its run_at and its lease waits in the dispatcher
-    until then: a cancel landing in that window must take the lease back (the job never runs), not
-    report it running. Cancels aimed at 20 ms before each job's run_at land before the promotion,
-    in the window or after the start; each outcome must hold to its word, and some must hit the window."""
-    proc = start_dispatcher(redis_url, db_url, lease_ahead_ms=50)
-    start_worker(proc.target, types="sleep", concurrency=32)
+    until then: a cancel landing in that window takes the lease back (the job never runs), it does
+    not report it running. Cancels aimed at 30 ms before each job's run_at land before the promotion,
+    in the window or after the start; each outcome must hold to its word, and some must hit the
+    window. The worker runs one job at a time: a slot lost with a withdrawn lease would stop it."""
+    port = free_port()
+    proc = start_dispatcher(redis_url, db_url, lease_ahead_ms=50, metrics_listen=f"127.0.0.1:{port}")
+    start_worker(proc.target, types="sleep", concurrency=1)
     with Client(proc.target) as client:
         client.enqueue("sleep", {"sleep": 0})
         wait_until(lambda: len(_ends(ledger)) == 1)
@@ -193,19 +197,62 @@ def test_cancel_while_the_lease_waits_for_run_at(start_dispatcher, redis_url, db
         ids = [client.enqueue("sleep", {"sleep": 30}, run_at=t) for t in run_ats]
         outcomes = {}
         for job_id, run_at in zip(ids, run_ats, strict=True):
-            time.sleep(max(0.0, run_at - 0.020 - time.time()))
+            time.sleep(max(0.0, run_at - 0.030 - time.time()))
             outcomes[job_id] = client.cancel(job_id)
         wait_until(lambda: all(client.get_job(i).status == "cancelled" for i in ids), timeout=20)
         marker = client.enqueue("sleep", {"sleep": 0}, delay=0.2)  # a lease sent late would be out by now
         wait_until(lambda: client.get_job(marker).status == "succeeded", timeout=10)
-        started = {e["job"] for e in _starts(ledger)}
         jobs = {i: client.get_job(i) for i in ids}
+    starts = {e["job"]: e for e in _starts(ledger)}
+    assert all(e["t"] >= e["run_at"] for e in starts.values()), "a job started before its run_at"
     assert set(outcomes.values()) <= {"cancelled", "leased"}, outcomes
     for job_id, outcome in outcomes.items():
-        assert (job_id in started) == (outcome == "leased"), f"{job_id}: cancel said {outcome}"
-    withdrawn = [i for i in ids if jobs[i].last_error == "cancelled before it started"]
-    assert withdrawn, f"no cancel landed while a lease waited: {Counter(outcomes.values())}"
-    assert all(outcomes[i] == "cancelled" for i in withdrawn)
+        assert (job_id in starts) == (outcome == "leased"), f"{job_id}: cancel said {outcome}"
+        if outcome == "cancelled":
+            assert jobs[job_id].attempts == 0, jobs[job_id]
+    withdrawn = metric_total(port, "shardq_leases_returned_total", outcome="cancelled")
+    assert withdrawn >= 1, f"no cancel landed while a lease waited: {Counter(outcomes.values())}"
+    assert metric_total(port, "shardq_leases_returned_total", outcome="ready") == 0
+
+
+def test_worker_lost_while_its_lease_waits_for_run_at(
+    start_dispatcher, redis_url, db_url, start_worker, ledger
+):
+    """A worker that disconnects while a lease granted to it waits for the job's run_at never
+    received it: the job is ready again at once with the attempt uncounted, not left to expire
+    (an expiration counted, a backoff). The kill is aimed into the window; tries that miss it
+    (before the promotion, after the start) are told apart by the metric."""
+    port = free_port()
+    proc = start_dispatcher(redis_url, db_url, lease_ahead_ms=50, metrics_listen=f"127.0.0.1:{port}")
+
+    def returned() -> float:
+        return metric_total(port, "shardq_leases_returned_total", outcome="ready")
+
+    def one_try(n: int) -> tuple[str, bool]:
+        victim = start_worker(proc.target, types="noop", concurrency=4)
+        warm = client.enqueue("noop", {"warm": n})
+        wait_until(lambda: client.get_job(warm).status == "succeeded", timeout=20)
+        before = returned()
+        run_at = time.time() + 1.0
+        job_id = client.enqueue("noop", {"try": n}, run_at=run_at)
+        time.sleep(max(0.0, run_at - 0.030 - time.time()))
+        victim.kill()  # SIGKILL: the stream ends, with the lease unsent if the kill hit the window
+        wait_until(lambda: proc.log_tail(10_000).count("worker disconnected") == n + 1, timeout=10)
+        return job_id, returned() > before
+
+    with Client(proc.target) as client:
+        tries = []
+        while len(tries) < 5 and not any(hit for _, hit in tries):
+            tries.append(one_try(len(tries)))
+        start_worker(proc.target, types="noop", concurrency=4)
+        wait_until(lambda: all(client.get_job(j).status == "succeeded" for j, _ in tries), timeout=30)
+        jobs = {j: client.get_job(j) for j, _ in tries}
+    assert any(hit for _, hit in tries), f"no kill landed while a lease waited: {list(jobs.values())}"
+    for job_id, hit in tries:
+        if hit:
+            assert (jobs[job_id].attempts, jobs[job_id].expirations) == (1, 0), jobs[job_id]
+    starts = [e for e in _starts(ledger) if e["job"] in jobs]
+    assert all(e["t"] >= e["run_at"] for e in starts), "a job started before its run_at"
 
 
 @pytest.mark.parametrize("loss", ["flushall", "restart"])

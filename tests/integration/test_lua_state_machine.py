@@ -505,6 +505,39 @@ class LuaStateMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self.tokens))
     @rule(data=st.data())
+    def return_unsent(self, data: st.DataObject) -> None:
+        """Leases taken back before their worker received them: the job is ready again at the head of
+        its queue with the attempt uncounted, or cancelled when a cancel asked meanwhile."""
+        refs = self.draw_refs(data)
+        held = [job_id for job_id, token in refs if self.holds(job_id, token)]
+        if held and data.draw(st.booleans(), label="cancelled while unsent"):
+            self.cancel_job(held[0])
+        was_superseded = [token in self.superseded for _, token in refs]
+        leases, expected = [], []
+        for job_id, token in refs:
+            j = self.jobs.get(job_id)
+            leases.append((job_id, token, j.type if j else "alpha", j.prio if j else Priority.DEFAULT))
+            if j is None or not self.holds(job_id, token):
+                expected.append(None)
+                continue
+            self.end_lease(j)
+            j.deadline = 0
+            j.attempts -= 1
+            if j.cancel:
+                j.state = CANCELLED
+            else:
+                queue = [o.ready_seq for o in self.in_state(READY) if (o.type, o.prio) == (j.type, j.prio)]
+                if queue:
+                    j.state, j.ready_seq = READY, min(queue) - 1
+                else:
+                    self.make_ready(j)
+            expected.append(Transition(job_id, SHARD, j.state, attempts=j.attempts))
+        self.check_token_call(
+            refs, was_superseded, lambda: self.ws.return_leases(SHARD, leases), expected, None
+        )
+
+    @precondition(lambda self: bool(self.tokens))
+    @rule(data=st.data())
     def ack(self, data: st.DataObject) -> None:
         self.ack_refs(self.draw_refs(data))
 
@@ -645,7 +678,9 @@ class LuaStateMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
         candidates = sorted(self.jobs) + sorted(self.forgotten) + ["ghost-0"]
-        job_id = data.draw(st.sampled_from(candidates), label="cancel id")
+        self.cancel_job(data.draw(st.sampled_from(candidates), label="cancel id"))
+
+    def cancel_job(self, job_id: str) -> None:
         j = self.jobs.get(job_id)
         if j is None:
             job_type, prio, expected = "alpha", Priority.DEFAULT, CancelOutcome(0, "", "")
