@@ -204,13 +204,12 @@ class Dispatcher:
             return "cancelled"
         if outcome.code == 2:
             holder = self.sessions.holders.get(job_id)
-            grant = holder.withdraw(job_id) if holder is not None else None
-            if holder is not None and grant is not None:
-                # Leased ahead of its run_at and not sent yet: it never runs.
-                await self.return_unsent(holder, [grant])
-                await self.writer.flush()
-                return "cancelled"
             if holder is not None:
+                grant = holder.withdraw(job_id)
+                if grant is not None:  # leased ahead of its run_at, not sent yet: it never runs
+                    await self.return_unsent(holder, [grant])
+                    await self.writer.flush()
+                    return "cancelled"
                 ref = pb.LeaseRef(job_id=job_id, token=outcome.token, shard=shard)
                 holder.send(pb.DispatcherMessage(cancel=pb.Cancel(ref=ref)))
             return "leased"

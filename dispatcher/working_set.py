@@ -252,8 +252,7 @@ class WorkingSet:
         self, shard: int, leases: Sequence[tuple[str, str, str, Priority]]
     ) -> list[Transition | None]:
         """Per (id, token, type, priority) of a lease its worker never received: the job READY again
-        at the head of its queue with the attempt uncounted, CANCELLED if a cancel asked, None if the
-        token no longer holds."""
+        with the attempt uncounted, CANCELLED if a cancel asked, None if the token no longer holds."""
         k = ShardKeys(shard)
         keys = [k.jobs, k.payloads, k.leased, k.counts, k.seq]
         index: dict[str, int] = {}

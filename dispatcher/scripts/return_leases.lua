@@ -1,6 +1,8 @@
 --[[ Take back leases their worker never received (granted ahead of run_at, the stream ended or the
-job was cancelled before the message went out): each job is ready again at the head of its ready
-set, as if never leased (the attempt is not counted); one whose cancel was requested is cancelled.
+job was cancelled before the message went out): each job is ready again, as if never leased (the
+attempt is not counted); one whose cancel was requested is cancelled. It rejoins its ready set by
+the shard's seq like any job becoming ready: scores stay unique across a shard's sets, which the
+lease script's oldest-first pick between types relies on (its lead was at most lease_ahead_ms).
 Input:  KEYS[1] jobs, KEYS[2] payloads, KEYS[3] leased, KEYS[4] counts, KEYS[5] seq, KEYS[6..] ready sets
         ARGV: triples id, token, ready key index (1-based into KEYS[6..]: the set of its type and class)
 Output: per triple 2 entries: outcome (0 stale token, 1 ready again, 2 cancelled), attempts
@@ -20,9 +22,7 @@ for i = 1, #ARGV, 3 do
       redis.call('HDEL', KEYS[2], id)
     else
       set_state(KEYS[4], rec, 'ready')
-      local ready = KEYS[5 + tonumber(ARGV[i + 2])]
-      local head = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
-      redis.call('ZADD', ready, head[2] and tonumber(head[2]) - 1 or redis.call('INCR', KEYS[5]), id)
+      redis.call('ZADD', KEYS[5 + tonumber(ARGV[i + 2])], redis.call('INCR', KEYS[5]), id)
     end
     save_job(KEYS[1], id, rec)
     out[#out + 1] = rec.c and 2 or 1

@@ -506,8 +506,8 @@ class LuaStateMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.tokens))
     @rule(data=st.data())
     def return_unsent(self, data: st.DataObject) -> None:
-        """Leases taken back before their worker received them: the job is ready again at the head of
-        its queue with the attempt uncounted, or cancelled when a cancel asked meanwhile."""
+        """Leases taken back before their worker received them: the job is ready again with the attempt
+        uncounted, or cancelled when a cancel asked meanwhile."""
         refs = self.draw_refs(data)
         held = [job_id for job_id, token in refs if self.holds(job_id, token)]
         if held and data.draw(st.booleans(), label="cancelled while unsent"):
@@ -526,11 +526,7 @@ class LuaStateMachine(RuleBasedStateMachine):
             if j.cancel:
                 j.state = CANCELLED
             else:
-                queue = [o.ready_seq for o in self.in_state(READY) if (o.type, o.prio) == (j.type, j.prio)]
-                if queue:
-                    j.state, j.ready_seq = READY, min(queue) - 1
-                else:
-                    self.make_ready(j)
+                self.make_ready(j)
             expected.append(Transition(job_id, SHARD, j.state, attempts=j.attempts))
         self.check_token_call(
             refs, was_superseded, lambda: self.ws.return_leases(SHARD, leases), expected, None
