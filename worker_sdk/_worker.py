@@ -53,6 +53,9 @@ class _Running:
     task: asyncio.Task[None] | None = None
     lost: bool = False  # lease rejected: never ack it
     cancelled_by_dispatcher: bool = False
+    # Its task has begun. A task cancelled before its first step never runs its body (no result
+    # sent, never dropped from _running), so a stop that comes earlier only sets the flags above.
+    started: bool = False
 
 
 @dataclass
@@ -527,10 +530,7 @@ class Worker:
         if running is None or running.ref.token != ref.token:
             return
         running.cancelled_by_dispatcher = True
-        running.ctx._cancelled = True
-        handler = self.handlers.get(running.ctx.type)
-        if running.task is not None and handler is not None and self._is_async[running.ctx.type]:
-            running.task.cancel()
+        self._stop(running)
 
     def _lose(self, job_id: str, reason: str) -> None:
         running = self._running.get(job_id)
@@ -538,19 +538,26 @@ class Worker:
             return
         self.log.warning("lease lost; the job's result will not be acked", job=job_id, reason=reason)
         running.lost = True
+        self._stop(running)
+
+    def _stop(self, running: _Running) -> None:
+        """Ask a job to stop: an async handler is cancelled, a plain one sees ctx.cancelled."""
         running.ctx._cancelled = True
         handler = self.handlers.get(running.ctx.type)
-        if running.task is not None and handler is not None and self._is_async[running.ctx.type]:
+        if running.started and running.task and handler is not None and self._is_async[running.ctx.type]:
             running.task.cancel()
 
     async def _execute(self, running: _Running) -> None:
         ctx = running.ctx
         handler = self.handlers.get(ctx.type)
         outcome: pb.Ack | pb.Nack
+        running.started = True
         self.log.debug("job started", job=ctx.job_id, type=ctx.type, shard=ctx.shard, attempt=ctx.attempt)
         try:
             if handler is None:
                 outcome = pb.Nack(lease=running.ref, error=f"no handler for {ctx.type!r}", no_handler=True)
+            elif ctx.cancelled:  # stopped before it began: its Lease and Cancel came in one turn
+                raise asyncio.CancelledError
             else:
                 result = await self._invoke(handler, ctx)
                 outcome = pb.Ack(lease=running.ref, result=_encode_result(result))
