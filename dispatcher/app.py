@@ -357,12 +357,10 @@ class Dispatcher:
 
     async def return_unsent(self, session: WorkerSession, grants: list[Grant]) -> None:
         """Leases withdrawn from ``session`` before their messages went out: their jobs are ready again
-        as if never leased (or cancelled, if that was asked), and the worker's slots are free."""
+        as if never leased (or cancelled, if that was asked)."""
         by_shard: dict[int, list[Grant]] = {}
         for g in grants:
-            session.forget(g.id)
             by_shard.setdefault(g.shard, []).append(g)
-        session.add_credit(len(grants))  # the worker counts these slots as granted
         for shard, group in by_shard.items():
             try:
                 results = await self.working_set.return_leases(

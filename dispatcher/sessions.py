@@ -105,10 +105,11 @@ class WorkerSession:
 
     def forget(self, job_id: str) -> str:
         """Drop a lease this worker no longer holds; returns its job type when known."""
+        unsent = self.unsent.pop(job_id, None) is not None
         job_type = self.types_of.pop(job_id, "")
         if self.held.pop(job_id, None) is not None:
             self.app.sessions.holders.pop(job_id, None)
-        if self.unsent.pop(job_id, None) is not None:
+        if unsent:
             self.add_credit(1)  # the worker counts the slot as granted: give it back
         return job_type
 
@@ -231,11 +232,10 @@ class WorkerSession:
                 due.append(_lease_message(g))
         if due:
             self.send(pb.DispatcherMessage(leases=pb.Leases(leases=due)))
-        loop = asyncio.get_running_loop()
         for run_at_ms, refs in ahead.items():
             send = functools.partial(self._send_unsent, refs)
             precise_timer.call_at(run_at_ms, send)
-            loop.call_later((run_at_ms - now) / 1000 + UNSENT_SLACK_S, send)
+            asyncio.get_running_loop().call_later((run_at_ms - now) / 1000 + UNSENT_SLACK_S, send)
 
     def _send_unsent(self, refs: list[tuple[str, str]]) -> None:
         if self.closed:
@@ -250,13 +250,15 @@ class WorkerSession:
             self.send(pb.DispatcherMessage(leases=pb.Leases(leases=leases)))
 
     def withdraw(self, job_id: str) -> Grant | None:
-        """Take back a lease whose message has not been sent (its job is not due yet), if it is one."""
-        return self.unsent.pop(job_id, None)
+        """Take back a lease whose message has not been sent (its job is not due yet), if it is one:
+        forgotten here, its slot free again. The caller settles its job (``app.return_unsent``)."""
+        grant = self.unsent.get(job_id)
+        if grant is not None:
+            self.forget(job_id)
+        return grant
 
     def withdraw_all(self) -> list[Grant]:
-        grants = list(self.unsent.values())
-        self.unsent.clear()
-        return grants
+        return [grant for grant in list(self.unsent.values()) if self.withdraw(grant.id)]
 
 
 def _lease_message(g: Grant) -> pb.Lease:

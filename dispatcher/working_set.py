@@ -98,6 +98,9 @@ class CancelOutcome:
     token: str
 
 
+_RETURNED_AS = {1: JobState.READY, 2: JobState.CANCELLED}  # return_leases.lua's outcomes
+
+
 def _check_owner(result: Any, shard: int) -> None:
     if isinstance(result, int) and result == -1:
         raise NotOwner(f"not the owner of shard {shard} (stale epoch or shard lost)")
@@ -254,21 +257,16 @@ class WorkingSet:
         """Per (id, token, type, priority) of a lease its worker never received: the job READY again
         with the attempt uncounted, CANCELLED if a cancel asked, None if the token no longer holds."""
         k = ShardKeys(shard)
-        keys = [k.jobs, k.payloads, k.leased, k.counts, k.seq]
-        index: dict[str, int] = {}
+        ready_keys: dict[str, int] = {}
         args: list[Any] = []
         for job_id, token, job_type, priority in leases:
-            key = k.ready(job_type, priority)
-            if key not in index:
-                keys.append(key)
-                index[key] = len(keys) - 5
-            args += [job_id, token, index[key]]
+            args += [job_id, token, ready_keys.setdefault(k.ready(job_type, priority), len(ready_keys) + 1)]
+        keys = [k.jobs, k.payloads, k.leased, k.counts, k.seq, *ready_keys]
         r = await self.scripts.return_leases(keys=keys, args=args)
         out: list[Transition | None] = []
         for n, (job_id, *_) in enumerate(leases):
-            outcome, attempts = int(r[2 * n]), int(r[2 * n + 1])
-            state = {1: JobState.READY, 2: JobState.CANCELLED}.get(outcome)
-            out.append(Transition(job_id, shard, state, attempts=attempts) if state else None)
+            state = _RETURNED_AS.get(int(r[2 * n]))
+            out.append(Transition(job_id, shard, state, attempts=int(r[2 * n + 1])) if state else None)
         return out
 
     async def ack(self, shard: int, now: int, refs: Sequence[tuple[str, str]]) -> list[Transition | None]:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import urllib.request
 
 import psutil
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.ports import free_port
+from tests.support.scrape import samples
 from tests.support.wait import wait_until
 from worker_sdk import Client
 
@@ -20,23 +19,15 @@ pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
 def scrape(port: int) -> dict[str, float]:
     """Sum of every sample by metric name and the interesting label (state / nothing)."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            key = sample.name + (f"[{sample.labels['state']}]" if "state" in sample.labels else "")
-            out[key] = out.get(key, 0.0) + sample.value
+    for sample in samples(port):
+        key = sample.name + (f"[{sample.labels['state']}]" if "state" in sample.labels else "")
+        out[key] = out.get(key, 0.0) + sample.value
     return out
 
 
 def dependencies_up(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return {
-        sample.labels["dependency"]: sample.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "shardq_dependency_up"
-        for sample in family.samples
-    }
+    return {s.labels["dependency"]: s.value for s in samples(port) if s.name == "shardq_dependency_up"}
 
 
 @pytest.mark.parametrize("processes", [1, 2])
