@@ -166,6 +166,8 @@ class Store(ScheduleQueries, abc.ABC):
     """Job rows and shard epochs. Every method is one transaction."""
 
     url_for_logs: str = ""
+    #: migrations named ``NNNN_name.<backend>.sql`` run only on this backend; plain ``.sql`` on every one
+    backend: str = ""
 
     @abc.abstractmethod
     def transaction(self, *, durable: bool = True) -> AbstractAsyncContextManager[Tx]:
@@ -181,7 +183,7 @@ class Store(ScheduleQueries, abc.ABC):
     async def migrate(self) -> list[str]:
         """Apply the migrations not applied yet, in order. Returns their names."""
         root = resources.files("dispatcher.store") / "migrations"
-        names = sorted(p.name for p in root.iterdir() if p.name.endswith(".sql"))
+        names = sorted(p.name for p in root.iterdir() if _migration_for(p.name, self.backend))
         applied: list[str] = []
         async with self.transaction() as tx:
             # Processes starting together (a supervisor's children, a Deployment's pods) take turns:
@@ -366,6 +368,14 @@ class Store(ScheduleQueries, abc.ABC):
     async def ping(self) -> None:
         async with self.transaction() as tx:
             await tx.execute("SELECT 1")
+
+
+def _migration_for(name: str, backend: str) -> bool:
+    stem, dot, suffix = name.rpartition(".")
+    if not dot or suffix != "sql":
+        return False
+    only_on = stem.partition(".")[2]
+    return not only_on or only_on == backend
 
 
 def _statements(script: str) -> list[str]:

@@ -95,6 +95,8 @@ class _PgTx(Tx):
 
 
 class PostgresStore(Store):
+    backend = "postgres"
+
     def __init__(self, url: str, min_size: int = 1, max_size: int = 8) -> None:
         self.url = url
         self.url_for_logs = redact(url)

@@ -28,6 +28,8 @@ class _SqliteTx(Tx):
 
 
 class SqliteStore(Store):
+    backend = "sqlite"
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.url_for_logs = f"sqlite:///{path}"
