@@ -16,8 +16,10 @@ from typing import Any
 from . import _driver
 from ._probe import job_started
 
-# Leases and results travel in batches of about a quarter of a worker's concurrency (README).
-CONCURRENCY = 256
+# Leases and results travel in batches of about a quarter of a worker's concurrency (README), and a
+# deeper pipeline amortizes every stage's fixed cost. Drain of 60,000, 2 dispatcher processes:
+# 256 -> 13.2-13.8K jobs/s, 512 -> 16.6K, 1,024 -> 19.2-21.1K, 2,048 -> 18.8-19.4K.
+CONCURRENCY = 1024
 
 
 def job_types() -> list[str]:
