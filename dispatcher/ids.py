@@ -13,6 +13,8 @@ _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Two characters per 10 bits: 13 lookups make the 26 characters (130 bits, the top two zero).
 _PAIRS = [_ALPHABET[i >> 5] + _ALPHABET[i & 31] for i in range(1024)]
 _SHIFTS = tuple(range(120, -1, -10))
+# A random byte's low 5 bits pick a character: 16 random characters are the 80 random bits.
+_CHAR_OF_BYTE = bytes(ord(_ALPHABET[b & 31]) for b in range(256))
 
 
 def new_job_id() -> str:
@@ -21,9 +23,15 @@ def new_job_id() -> str:
 
 def new_job_ids(n: int) -> list[str]:
     """n fresh ids (one read of the OS's random source for the whole batch)."""
-    millis = time.time_ns() // 1_000_000 << 80
-    randomness = os.urandom(10 * n)
-    return [_encode(millis | int.from_bytes(randomness[i : i + 10], "big")) for i in range(0, 10 * n, 10)]
+    return ids_from(time.time_ns() // 1_000_000, os.urandom(16 * n))
+
+
+def ids_from(millis: int, randomness: bytes) -> list[str]:
+    """The ids of one millisecond, 16 random bytes each. They share their first 10 characters (the
+    time); each of the other 16 is one byte's low 5 bits, spelled by one C-level translate for all."""
+    prefix = _encode(millis << 80)[:10]
+    body = randomness.translate(_CHAR_OF_BYTE).decode("ascii")
+    return [prefix + body[i : i + 16] for i in range(0, len(body), 16)]
 
 
 def _encode(value: int) -> str:

@@ -20,7 +20,7 @@ MAX_ID_LENGTH = 64
 MAX_TOKEN_LENGTH = 64
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made per job (a frozen one sets each field through object.__setattr__)
 class ValidJob:
     type: str
     payload: bytes
@@ -42,12 +42,19 @@ def job_type(value: str, field: str) -> str:
     return value
 
 
+_PRIORITY_OF = {
+    pb.PRIORITY_UNSPECIFIED: Priority.DEFAULT,
+    pb.PRIORITY_HIGH: Priority.HIGH,
+    pb.PRIORITY_DEFAULT: Priority.DEFAULT,
+    pb.PRIORITY_LOW: Priority.LOW,
+}
+
+
 def priority(value: int, field: str) -> Priority:
-    if value == pb.PRIORITY_UNSPECIFIED:
-        return Priority.DEFAULT
-    if value not in (pb.PRIORITY_HIGH, pb.PRIORITY_DEFAULT, pb.PRIORITY_LOW):
+    found = _PRIORITY_OF.get(value)
+    if found is None:
         raise InvalidArgument(f"{field}: unknown priority {value}")
-    return Priority(value - 1)
+    return found
 
 
 def priority_to_pb(p: Priority | int) -> int:
