@@ -8,9 +8,12 @@ Output: per pair 4 entries: ok (1, or 0 for a stale token), attempts, failures, 
 local out = {}
 local done, records, seen = {}, {}, {}
 local ended = {}  -- type -> class -> leases that ended
-for i = 2, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  local rec = not seen[id] and load_job(KEYS[1], id)
+local ids = {}
+for i = 2, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+local raws = read_many(KEYS[1], ids)
+for n, id in ipairs(ids) do
+  local token = ARGV[2 * n + 1]
+  local rec = not seen[id] and raws[n] and cmsgpack.unpack(raws[n])
   if rec and holds(rec, token) then
     seen[id] = true
     ended[rec.t] = ended[rec.t] or {}

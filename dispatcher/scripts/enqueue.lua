@@ -20,10 +20,13 @@ local out = {}
 local records, payloads, delayed = {}, {}, {}
 local ready = {}  -- group, id, group, id, ... in arrival order
 local added = {}  -- group -> {ready = n, delayed = n}
+local ids = {}
+for i = first, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
+local present = read_many(KEYS[2], ids)
 local seen = {}
-for i = first, #ARGV, 5 do
-  local id = ARGV[i]
-  if seen[id] or redis.call('HEXISTS', KEYS[2], id) == 1 then
+for n, id in ipairs(ids) do
+  local i = first + 5 * (n - 1)
+  if seen[id] or present[n] then
     out[#out + 1] = 0
   else
     seen[id] = true

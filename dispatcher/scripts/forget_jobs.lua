@@ -3,12 +3,13 @@ Input:  KEYS[1] jobs; ARGV: ids
 Output: number removed. A record that is no longer terminal (requeued meanwhile) is kept.
 ]]
 --- @include "record"
-local n = 0
-for _, id in ipairs(ARGV) do
-  local rec = load_job(KEYS[1], id)
+local raws = read_many(KEYS[1], ARGV)
+local finished = {}
+for n, id in ipairs(ARGV) do
+  local rec = raws[n] and cmsgpack.unpack(raws[n])
   if rec and (rec.s == 'succeeded' or rec.s == 'cancelled' or rec.s == 'dead') then
-    redis.call('HDEL', KEYS[1], id)
-    n = n + 1
+    finished[#finished + 1] = id
   end
 end
-return n
+batched('HDEL', KEYS[1], finished)
+return #finished

@@ -48,3 +48,15 @@ local function batched(command, key, args)
     redis.call(command, key, unpack(args, j, math.min(j + BATCH_ARGS - 1, #args)))
   end
 end
+
+-- The values of many fields of a hash (false where missing), one HMGET per chunk: a call per
+-- field costs more than the work of a small job.
+local function read_many(key, fields)
+  local values = {}
+  for j = 1, #fields, BATCH_ARGS do
+    local last = math.min(j + BATCH_ARGS - 1, #fields)
+    local found = redis.call('HMGET', key, unpack(fields, j, last))
+    for n = 1, last - j + 1 do values[j + n - 1] = found[n] end
+  end
+  return values
+end
