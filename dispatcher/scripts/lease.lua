@@ -91,8 +91,8 @@ if #chosen > 0 then
   local serial = redis.call('INCRBY', KEYS[6], #chosen / 2) - #chosen / 2
   local ids = {}
   for j = 1, #chosen, 2 do ids[#ids + 1] = chosen[j] end
-  local raws = redis.call('HMGET', KEYS[2], unpack(ids))
-  local payloads = redis.call('HMGET', KEYS[3], unpack(ids))
+  local raws = read_many(KEYS[2], ids)
+  local payloads = read_many(KEYS[3], ids)
   local records, leased = {}, {}
   local moved = {}  -- type -> class -> leases
   for n, id in ipairs(ids) do
