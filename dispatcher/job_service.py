@@ -36,6 +36,7 @@ _STATUS = {
     "cancelled": pb.JOB_STATUS_CANCELLED,
 }
 MAX_LIST = 10_000
+STATS_SETTLE_S = 2.0
 # Terminal states whose details (result, error) only the DB row holds.
 _OUTCOMES = (JobState.SUCCEEDED, JobState.DEAD)
 
@@ -130,6 +131,8 @@ class JobService(pb_grpc.JobServiceServicer):
     @rpc
     async def Stats(self, request: pb.StatsRequest, context: Any) -> pb.StatsResponse:
         queues: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        # Jobs this process acknowledged are counted once queued (another process's, within moments).
+        await self.app.ingest.settle(STATS_SETTLE_S)
         counts = await self.app.working_set.counts(range(self.settings.shard_count))
         for (job_type, prio, state), n in counts.items():
             queues[(job_type, prio)][state] += n

@@ -61,6 +61,12 @@ class ShardKeys:
         """Set: job types seen in this shard."""
         return f"{self.tag}:types"
 
+    @property
+    def cancelled_unqueued(self) -> str:
+        """Sorted set: ids of jobs cancelled before their enqueue reached Redis, scored by when
+        (ms). Their push skips them; entries older than an hour are dropped."""
+        return f"{self.tag}:cancelled-unqueued"
+
     def ready(self, job_type: str, priority: Priority | int) -> str:
         """Sorted set: ready job ids of one type and class, scored by the order they became ready."""
         return f"{self.tag}:ready:{int(priority)}:{job_type}"

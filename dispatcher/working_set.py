@@ -114,7 +114,7 @@ class WorkingSet:
     # -- enqueue and promotion -------------------------------------------------
 
     async def enqueue(self, shard: int, epoch: int, now: int, jobs: Sequence[NewJob]) -> list[int]:
-        """Returns per job 0 (already present), 1 (ready) or 2 (delayed)."""
+        """Returns per job 0 (skipped: already present, or cancelled meanwhile), 1 (ready) or 2 (delayed)."""
         k = ShardKeys(shard)
         groups: dict[tuple[str, int], int] = {}  # (type, class) -> 1-based group
         job_args: list[Any] = []
@@ -123,7 +123,7 @@ class WorkingSet:
             group = groups.setdefault((rec.type, int(rec.priority)), len(groups) + 1)
             state = JobState.READY if rec.run_at_ms <= now else JobState.DELAYED
             job_args += [job.id, rec.pack(state), job.payload, group, rec.run_at_ms]
-        keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.seq, k.types]
+        keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.seq, k.types, k.cancelled_unqueued]
         keys += [k.ready(job_type, cls) for job_type, cls in groups]
         header = [epoch, now, len(groups), *(x for group in groups for x in group)]
         result = await self.scripts.enqueue(keys=keys, args=header + job_args)
@@ -362,11 +362,12 @@ class WorkingSet:
 
     # -- cancel, restore, cleanup ----------------------------------------------------
 
-    async def cancel(self, shard: int, job_id: str, job_type: str, priority: Priority) -> CancelOutcome:
+    async def cancel(
+        self, shard: int, job_id: str, job_type: str, priority: Priority, now: int
+    ) -> CancelOutcome:
         k = ShardKeys(shard)
-        r = await self.scripts.cancel(
-            keys=[k.jobs, k.payloads, k.delayed, k.ready(job_type, priority), k.counts], args=[job_id]
-        )
+        keys = [k.jobs, k.payloads, k.delayed, k.ready(job_type, priority), k.counts, k.cancelled_unqueued]
+        r = await self.scripts.cancel(keys=keys, args=[job_id, now])
         return CancelOutcome(int(r[0]), _s(r[1]), _s(r[2]))
 
     async def restore(self, shard: int, epoch: int, mode: str, jobs: Iterable[NewJob]) -> int:

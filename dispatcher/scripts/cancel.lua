@@ -1,13 +1,21 @@
 --[[ Cancel one job.
 Input:  KEYS[1] jobs, KEYS[2] payloads, KEYS[3] delayed, KEYS[4] ready set of its type and class,
-        KEYS[5] counts; ARGV[1] id
+        KEYS[5] counts, KEYS[6] cancelled-unqueued; ARGV[1] id, ARGV[2] now (ms)
 Output: {code, state, token}: code 0 not in Redis, 1 cancelled (will never run), 2 running (flagged:
         it will not be retried; token names the lease to stop), 3 already terminal (state says which)
+A job not in Redis may be committed with its push still on the way (an enqueue is acknowledged at
+its commit): it is noted in cancelled-unqueued, which that push honours. Notes older than an hour
+go; no push waits that long (one that fails leaves the job to the reconciler, which reads the row).
 ]]
 --- @include "record"
 local id = ARGV[1]
 local rec = load_job(KEYS[1], id)
-if not rec then return {0, '', ''} end
+if not rec then
+  local now = tonumber(ARGV[2])
+  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now - 3600000)
+  redis.call('ZADD', KEYS[6], now, id)
+  return {0, '', ''}
+end
 if rec.s == 'delayed' or rec.s == 'ready' then
   redis.call('ZREM', KEYS[3], id)
   redis.call('ZREM', KEYS[4], id)

@@ -1,13 +1,15 @@
 --[[ Add new jobs to a shard.
 Input:
   KEYS[1] meta, KEYS[2] jobs, KEYS[3] payloads, KEYS[4] delayed, KEYS[5] counts, KEYS[6] seq,
-  KEYS[7] types, KEYS[7 + g] the ready set of group g
+  KEYS[7] types, KEYS[8] cancelled-unqueued, KEYS[8 + g] the ready set of group g
   ARGV[1] epoch, ARGV[2] now (ms), ARGV[3] number of groups G, then per group: type, class;
   then per job: id, packed record (its state already 'ready' when run_at <= now, else 'delayed'),
   payload, group (1-based), run_at (ms)
 Output:
   -1 not owner (stale epoch or shard lost)
-  otherwise a table with one entry per job: 0 already present (skipped), 1 ready, 2 delayed
+  otherwise a table with one entry per job: 0 skipped (already present, or cancelled before its
+  push arrived: an enqueue is acknowledged once committed, and its id may be cancelled before
+  then), 1 ready, 2 delayed
 The writes are gathered and made once per batch (one HSET of all records, one ZADD per set, one
 count per group and state), which is most of the cost of a large batch.
 ]]
@@ -23,6 +25,18 @@ local added = {}  -- group -> {ready = n, delayed = n}
 local ids = {}
 for i = first, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
 local present = read_many(KEYS[2], ids)
+if redis.call('EXISTS', KEYS[8]) == 1 then
+  for j = 1, #ids, BATCH_ARGS do
+    local last = math.min(j + BATCH_ARGS - 1, #ids)
+    local cancelled = redis.call('ZMSCORE', KEYS[8], unpack(ids, j, last))
+    for n = 1, last - j + 1 do
+      if cancelled[n] then
+        present[j + n - 1] = true
+        redis.call('ZREM', KEYS[8], ids[j + n - 1])
+      end
+    end
+  end
+end
 local seen = {}
 for n, id in ipairs(ids) do
   local i = first + 5 * (n - 1)
@@ -60,7 +74,7 @@ for j = 1, #ready, 2 do
   scored[g] = scored[g] or {}
   scored[g][#scored[g] + 1] = seq; scored[g][#scored[g] + 1] = ready[j + 1]
 end
-for g, args in pairs(scored) do batched('ZADD', KEYS[7 + g], args) end
+for g, args in pairs(scored) do batched('ZADD', KEYS[8 + g], args) end
 for g, n in pairs(added) do
   local job_type, class = ARGV[2 + 2 * g], ARGV[3 + 2 * g]
   redis.call('SADD', KEYS[7], job_type)

@@ -15,10 +15,10 @@ from dispatcher.keys import ShardKeys
 from dispatcher.records import JobRecord
 from dispatcher.states import JobState
 from tests.e2e.conftest import TEST_SETTINGS
-from tests.support.db import statuses
+from tests.support.db import query, statuses
 from tests.support.processes import DispatcherProcess, WorkerProcess, read_ledger
 from tests.support.wait import wait_until
-from worker_sdk import Client
+from worker_sdk import Client, ShardqError
 
 
 @pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
@@ -60,6 +60,52 @@ def test_finished_jobs_a_crashed_dispatcher_did_not_record_are_recorded_by_the_n
         time.sleep(0.5)
     runs = Counter(e["job"] for e in read_ledger(ledger) if e["event"] == "start")
     assert all(runs[job] == 1 for job in finished), "a finished job ran again"
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+def test_jobs_committed_but_not_yet_queued_when_the_dispatcher_died_run_on_the_next(
+    start_dispatcher: Callable[..., DispatcherProcess],
+    start_worker: Callable[..., WorkerProcess],
+    ledger: Path,
+    redis_url: str,
+    db_url: str,
+    tmp_path: Path,
+) -> None:
+    """An enqueue is acknowledged at its commit and queued in Redis behind the reply. A process that
+    dies in between leaves rows Redis does not hold: the shard's next owner queues them when it
+    acquires the shard, and each runs once."""
+    settings = {**TEST_SETTINGS, "dispatcher_id": "d1", "failpoints": "ingest.before-queue"}
+    doomed = DispatcherProcess(redis_url, db_url, tmp_path, **settings).start()
+    try:
+        with Client(doomed.target) as client:
+            try:
+                client.enqueue_many([{"type": "noop.late", "payload": {"i": i}} for i in range(20)])
+            except ShardqError:
+                pass  # the process may die before its reply leaves; the rows are committed either way
+        assert doomed.process is not None
+        assert doomed.process.wait(30) == CRASH_EXIT_CODE, doomed.log_tail()
+    finally:
+        doomed.kill()
+    ids = [row[0] for row in query(db_url, "SELECT id FROM jobs WHERE type = 'noop.late'")]
+    assert len(ids) == 20
+    assert not held_in_redis(redis_url, ids), "the failpoint did not hold"
+    successor = start_dispatcher(redis_url, db_url, dispatcher_id="d1")
+    start_worker(successor.target, types="noop.late")
+    wait_until(lambda: set(statuses(db_url, ids).values()) == {"succeeded"}, timeout=30)
+    runs = Counter(e["job"] for e in read_ledger(ledger) if e["event"] == "start")
+    assert all(runs[job] == 1 for job in ids), runs
+
+
+def held_in_redis(redis_url: str, ids: list[str]) -> set[str]:
+    """The jobs Redis holds a record of, in any shard."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        out = set()
+        for key in client.scan_iter(match=ShardKeys(0).jobs.replace("{s0}", "{s*}")):
+            out.update(job_id for job_id, raw in zip(ids, client.hmget(key, ids), strict=True) if raw)
+        return out
+    finally:
+        client.close()
 
 
 def finished_in_redis(redis_url: str, ids: list[str]) -> set[str]:

@@ -189,6 +189,7 @@ class LuaStateMachine(RuleBasedStateMachine):
         self.seq = 0  # the shard's seq counter: ready order and lease token serials
         self.jobs: dict[str, MJob] = {}  # every record Redis should hold
         self.forgotten: set[str] = set()
+        self.cancelled_unqueued: set[str] = set()  # cancelled while not in Redis: a later push skips them
         self.tokens: dict[str, str] = {}  # every token ever issued -> its job
         self.last_token: dict[str, str] = {}  # job -> the last token issued for it
         self.superseded: set[str] = set()  # tokens that stopped holding a lease: rejected forever
@@ -347,14 +348,20 @@ class LuaStateMachine(RuleBasedStateMachine):
         for spec in specs:
             job_type, prio, offset, max_attempts, ttl, idem, payload = spec
             known = sorted(self.jobs) + sorted(new_jobs)
-            if known and data.draw(st.integers(0, 3), label="reuse") == 0:
+            # A push that arrives after its job was cancelled (enqueues are acknowledged at commit).
+            late = sorted(self.cancelled_unqueued - self.jobs.keys() - new_jobs.keys())
+            reuse = data.draw(st.integers(0, 3), label="reuse")
+            if known and reuse == 0:
                 job_id = data.draw(st.sampled_from(known), label="existing id")  # must be skipped
+            elif late and reuse == 1:
+                job_id = data.draw(st.sampled_from(late), label="cancelled before its push")
             else:
                 job_id = self.fresh_id()
             run_at = self.now + offset
             record = records.setdefault(spec[:6], self.new_record(spec, DELAYED))
             batch.append(NewJob(job_id, record, payload))
-            if job_id in self.jobs or job_id in new_jobs:
+            if job_id in self.jobs or job_id in new_jobs or job_id in self.cancelled_unqueued:
+                self.cancelled_unqueued.discard(job_id)  # skipped once; the note is used up
                 expected.append(0)
                 continue
             j = MJob(job_id, job_type, prio, DELAYED, run_at, self.now, max_attempts, ttl, idem, payload)
@@ -680,6 +687,7 @@ class LuaStateMachine(RuleBasedStateMachine):
         j = self.jobs.get(job_id)
         if j is None:
             job_type, prio, expected = "alpha", Priority.DEFAULT, CancelOutcome(0, "", "")
+            self.cancelled_unqueued.add(job_id)
         else:
             job_type, prio = j.type, j.prio
             if j.state in (DELAYED, READY):
@@ -690,7 +698,7 @@ class LuaStateMachine(RuleBasedStateMachine):
                 expected = CancelOutcome(2, "leased", j.token)
             else:
                 expected = CancelOutcome(3, str(j.state), "")
-        assert self.run(self.ws.cancel(SHARD, job_id, job_type, prio)) == expected
+        assert self.run(self.ws.cancel(SHARD, job_id, job_type, prio, self.now)) == expected
 
     @precondition(lambda self: any(j.state is DEAD for j in self.jobs.values()))
     @rule(
@@ -834,7 +842,10 @@ class LuaStateMachine(RuleBasedStateMachine):
         dump = self.dump()
         ready_keys = self.ready_keys
         allowed = {k.meta, k.jobs, k.payloads, k.delayed, k.leased, k.counts, k.seq, k.types, *ready_keys}
+        allowed.add(k.cancelled_unqueued)
         assert set(dump["keys"]) <= allowed, f"stray keys: {set(dump['keys']) - allowed}"
+        noted = self.run(self.redis.zrange(k.cancelled_unqueued, 0, -1))
+        assert {n.decode() for n in noted} == self.cancelled_unqueued
 
         records = {i.decode(): JobRecord.unpack(raw) for i, raw in dump[k.jobs].items()}
         raw_records = {i.decode(): raw for i, raw in dump[k.jobs].items()}

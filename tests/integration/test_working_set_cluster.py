@@ -125,12 +125,13 @@ async def scenario(ws: WorkingSet, shard: int) -> list[tuple[str, Any]]:
     note("reap stale", await expect_not_owner(ws.reap(shard, 7, now + 300, 10, POLICY)))
 
     running = grants[4]
-    note("cancel running", await ws.cancel(shard, running.id, running.type, running.priority))
+    note("cancel running", await ws.cancel(shard, running.id, running.type, running.priority, now + 400))
     note("extend cancelled", await ws.extend(shard, now + 400, [refs[4]]))
-    note("cancel ready", await ws.cancel(shard, delayed[0].id, "ta", Priority.HIGH))  # promoted above
-    note("cancel delayed", await ws.cancel(shard, delayed[1].id, "tb", Priority.LOW))
-    note("cancel succeeded", await ws.cancel(shard, refs[0][0], "ta", Priority.HIGH))
-    note("cancel unknown", await ws.cancel(shard, f"{s}-ghost", "ta", Priority.HIGH))
+    # delayed[0] was promoted above
+    note("cancel ready", await ws.cancel(shard, delayed[0].id, "ta", Priority.HIGH, now + 400))
+    note("cancel delayed", await ws.cancel(shard, delayed[1].id, "tb", Priority.LOW, now + 400))
+    note("cancel succeeded", await ws.cancel(shard, refs[0][0], "ta", Priority.HIGH, now + 400))
+    note("cancel unknown", await ws.cancel(shard, f"{s}-ghost", "ta", Priority.HIGH, now + 400))
 
     dead_id = refs[2][0]
     note("record dead", await ws.record(shard, dead_id))
