@@ -28,15 +28,19 @@ REASONS = {
     "no_handler": pb.DEAD_REASON_NO_HANDLER,
 }
 REASON_NAMES = {v: k for k, v in REASONS.items()}
+# json.dumps with any non-default option builds a new encoder per call; one shared encoder is about
+# a third cheaper on a small payload.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+_BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
 def encode_payload(payload: Any) -> bytes:
     """bytes as they are; anything else as JSON (never pickle)."""
     if payload is None:
         return b""
-    if isinstance(payload, bytes | bytearray | memoryview):
+    if isinstance(payload, _BYTES_LIKE):
         return bytes(payload)
-    return json.dumps(payload, separators=(",", ":")).encode()
+    return _COMPACT_JSON.encode(payload).encode()
 
 
 def _seconds(value: float | timedelta, name: str) -> float:
