@@ -139,10 +139,10 @@ def count(counter: Counter, label_sets: Iterable[tuple[str, ...]]) -> None:
 def observe_leases(leases: Iterable[tuple[str, int, int, int, int]], now: int) -> None:
     """Leases handed out, as (type, priority, enqueued_at, run_at, attempt): counted by type; a first
     attempt's enqueue-to-start and lateness observed by priority."""
-    types: collections.Counter[tuple[str, ...]] = collections.Counter()
+    types: dict[str, int] = {}
     waits: dict[int, tuple[list[float], list[float]]] = {}
     for job_type, priority, enqueued_at_ms, run_at_ms, attempt in leases:
-        types[(type_label(job_type),)] += 1
+        types[job_type] = types.get(job_type, 0) + 1
         if attempt == 1:
             to_start, lateness = waits.setdefault(priority, ([], []))
             to_start.append(max(0.0, (now - enqueued_at_ms) / 1000))
@@ -151,7 +151,8 @@ def observe_leases(leases: Iterable[tuple[str, int, int, int, int]], now: int) -
         to_start_histogram, lateness_histogram = _LATENCY_CHILDREN[priority]
         observe_many(to_start_histogram, to_start)
         observe_many(lateness_histogram, lateness)
-    count(LEASED, types.elements())
+    for job_type, n in types.items():  # labelled once per type, not once per lease
+        LEASED.labels(type_label(job_type)).inc(n)
 
 
 def observe_many(histogram: Any, values: list[float]) -> None:

@@ -220,7 +220,7 @@ class WorkerSession:
         """Send the leases of due jobs now, and each of the others at its job's run_at."""
         now = wall_ms_exact()
         hold_ms = self.app.settings.lease_ahead_ms + 1
-        due: list[pb.Lease] = []
+        due: list[Grant] = []
         ahead: dict[int, list[tuple[str, str]]] = defaultdict(list)
         for g in grants:
             # A run_at further ahead than the promoter's lead is another clock's (a step, another
@@ -229,9 +229,9 @@ class WorkerSession:
                 self.unsent[g.id] = g
                 ahead[g.run_at_ms].append((g.id, g.token))
             else:
-                due.append(_lease_message(g))
+                due.append(g)
         if due:
-            self.send(pb.DispatcherMessage(leases=pb.Leases(leases=due)))
+            self.send(_leases_message(due))
         for run_at_ms, refs in ahead.items():
             send = functools.partial(self._send_unsent, refs)
             precise_timer.call_at(run_at_ms, send)
@@ -240,14 +240,14 @@ class WorkerSession:
     def _send_unsent(self, refs: list[tuple[str, str]]) -> None:
         if self.closed:
             return  # closing returns what is still unsent
-        leases = []
+        grants = []
         for job_id, token in refs:
             grant = self.unsent.get(job_id)
             if grant is not None and grant.token == token:  # not a later lease of the same job
                 del self.unsent[job_id]
-                leases.append(_lease_message(grant))
-        if leases:
-            self.send(pb.DispatcherMessage(leases=pb.Leases(leases=leases)))
+                grants.append(grant)
+        if grants:
+            self.send(_leases_message(grants))
 
     def withdraw(self, job_id: str) -> Grant | None:
         """Take back a lease whose message has not been sent (its job is not due yet), if it is one:
@@ -261,20 +261,27 @@ class WorkerSession:
         return [grant for grant in list(self.unsent.values()) if self.withdraw(grant.id)]
 
 
-def _lease_message(g: Grant) -> pb.Lease:
-    return pb.Lease(
-        ref=pb.LeaseRef(job_id=g.id, token=g.token, shard=g.shard),
-        type=g.type,
-        payload=g.payload,
-        priority=priority_to_pb(g.priority),
-        attempt=g.attempt,
-        max_attempts=g.max_attempts,
-        deadline_ms=g.deadline_ms,
-        lease_ttl_ms=g.lease_ttl_ms,
-        idempotency_key=g.idempotency_key,
-        run_at_ms=g.run_at_ms,
-        enqueued_at_ms=g.enqueued_at_ms,
-    )
+def _leases_message(grants: list[Grant]) -> pb.DispatcherMessage:
+    # Each lease is added in place and its ref filled in place: building a Lease and a LeaseRef and
+    # copying them in costs 2.5 times as much (2.8 -> 1.1 us a lease).
+    message = pb.DispatcherMessage()
+    add = message.leases.leases.add
+    for g in grants:
+        lease = add(
+            type=g.type,
+            payload=g.payload,
+            priority=priority_to_pb(g.priority),
+            attempt=g.attempt,
+            max_attempts=g.max_attempts,
+            deadline_ms=g.deadline_ms,
+            lease_ttl_ms=g.lease_ttl_ms,
+            idempotency_key=g.idempotency_key,
+            run_at_ms=g.run_at_ms,
+            enqueued_at_ms=g.enqueued_at_ms,
+        )
+        ref = lease.ref
+        ref.job_id, ref.token, ref.shard = g.id, g.token, g.shard
+    return message
 
 
 class ReadyHints:

@@ -45,6 +45,16 @@ class Probe:
 def job_started(seq: int, t_enqueued: float, run_at: float) -> None:
     """Record a start from any process; forked children (Celery prefork) get their own probe."""
     global _probe
-    if _probe is None or _probe.pid != os.getpid():
+    if _probe is None:
         _probe = Probe(os.environ[REDIS_URL_ENV])
     _probe.started(seq, t_enqueued, run_at)
+
+
+def _forget_probe() -> None:
+    global _probe
+    _probe = None  # the parent's flush thread did not survive the fork
+
+
+# Instead of comparing os.getpid() on every start, which was about 6% of a shardq worker's samples
+# in a drain profile.
+os.register_at_fork(after_in_child=_forget_probe)
