@@ -8,8 +8,9 @@ import time
 from .context import Outcome, ScenarioContext
 
 
-def _settled_memory(ctx: ScenarioContext, quiet_s: float = 0.5, timeout: float = 60.0) -> int:
-    """used_memory once it stopped changing: hand-offs between dispatchers may still be landing."""
+def settled_memory(ctx: ScenarioContext, quiet_s: float = 0.5, timeout: float = 60.0) -> int:
+    """used_memory once it stopped changing: pushes behind shardq's answers and hand-offs between
+    dispatchers may still be landing."""
     deadline = time.monotonic() + timeout
     last = ctx.redis.used_memory()
     while time.monotonic() < deadline:
@@ -27,11 +28,11 @@ def run(ctx: ScenarioContext) -> Outcome:
     pending = s.memory_pending if shardq else s.memory_pending_peers
     figures: dict[str, object] = {"pending": pending}
     with ctx.stack() as stack:
-        before = _settled_memory(ctx, quiet_s=0.3)
+        before = settled_memory(ctx, quiet_s=0.3)
         if stack.dispatcher is not None:
             figures["dispatcher_rss_idle_mb"] = stack.dispatcher.rss_bytes() / 2**20
         stack.call("fill", {"jobs": pending, "batch": s.batch}, s.timeout_s + 600)
-        after = _settled_memory(ctx)
+        after = settled_memory(ctx)
         if stack.dispatcher is not None:
             figures["dispatcher_rss_mb"] = stack.dispatcher.rss_bytes() / 2**20
     figures["redis_bytes_per_job"] = (after - before) / pending

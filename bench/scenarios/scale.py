@@ -11,6 +11,7 @@ from typing import Any
 
 from ..records import read_starts, start_rate
 from .context import Outcome, ScenarioContext
+from .memory_per_job import settled_memory
 
 
 def run(ctx: ScenarioContext) -> Outcome:
@@ -25,6 +26,9 @@ def run(ctx: ScenarioContext) -> Outcome:
             filled += size - pending
             stack.call("fill", fill, s.timeout_s + 900)
             fill_s = time.perf_counter() - t0
+            # shardq answers an enqueue at its commit: its last pushes may still be landing, and
+            # leasing should start on the whole pool, not share the machine with them.
+            settled_memory(ctx)
             seen = len(read_starts(ctx.redis.client))  # type: ignore[arg-type]
             result = stack.call("lease", lease, s.timeout_s + 120)
             starts = read_starts(ctx.redis.client)[seen:]  # type: ignore[arg-type]
