@@ -26,16 +26,14 @@ local ids = {}
 for i = first, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
 local present = read_many(KEYS[2], ids)
 if redis.call('EXISTS', KEYS[8]) == 1 then
-  for j = 1, #ids, BATCH_ARGS do
-    local last = math.min(j + BATCH_ARGS - 1, #ids)
-    local cancelled = redis.call('ZMSCORE', KEYS[8], unpack(ids, j, last))
-    for n = 1, last - j + 1 do
-      if cancelled[n] then
-        present[j + n - 1] = true
-        redis.call('ZREM', KEYS[8], ids[j + n - 1])
-      end
+  local cancelled, noted = read_many(KEYS[8], ids, 'ZMSCORE'), {}
+  for n, id in ipairs(ids) do
+    if cancelled[n] then
+      present[n] = true
+      noted[#noted + 1] = id
     end
   end
+  batched('ZREM', KEYS[8], noted)  -- each note is used once
 end
 local seen = {}
 for n, id in ipairs(ids) do

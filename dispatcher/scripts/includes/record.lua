@@ -50,12 +50,13 @@ local function batched(command, key, args)
 end
 
 -- The values of many fields of a hash (false where missing), one HMGET per chunk: a call per
--- field costs more than the work of a small job.
-local function read_many(key, fields)
+-- field costs more than the work of a small job. `command` reads another kind of key the same way
+-- (ZMSCORE: the scores of members of a sorted set).
+local function read_many(key, fields, command)
   local values = {}
   for j = 1, #fields, BATCH_ARGS do
     local last = math.min(j + BATCH_ARGS - 1, #fields)
-    local found = redis.call('HMGET', key, unpack(fields, j, last))
+    local found = redis.call(command or 'HMGET', key, unpack(fields, j, last))
     for n = 1, last - j + 1 do values[j + n - 1] = found[n] end
   end
   return values
