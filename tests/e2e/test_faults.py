@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import psycopg
@@ -16,6 +18,7 @@ import pytest
 import redis
 from psycopg import sql
 
+from dispatcher.ingest import MAX_UNQUEUED
 from dispatcher.keys import ShardKeys
 from dispatcher.records import JobRecord
 from tests.support.pg_cluster import PgCluster, find_pg_bin
@@ -120,6 +123,45 @@ def test_redis_down_during_enqueue(start_dispatcher, private_redis, db_url, star
         job = client.get_job(job_id)
         assert job.attempts == 1 and job.failures == 0 and job.expirations == 0
     assert proc.process is not None and proc.process.poll() is None
+
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_stalled_redis_holds_enqueue_answers_once_the_committed_backlog_passes_its_bound(
+    start_dispatcher, private_redis, db_url
+):
+    """An enqueue is answered at its commit and queued in Redis behind the answer. While Redis does
+    not answer (SIGSTOP: its socket stays open, so the pushes wait rather than fail), answers go on
+    until MAX_UNQUEUED committed jobs wait for their push; later enqueues still commit, but their
+    answers wait until Redis drains the backlog. So a producer faster than Redis is held to its pace."""
+    calls, per_call = MAX_UNQUEUED // 1000 + 5, 1000
+    answered_while_stalled = MAX_UNQUEUED // per_call
+    # A long ownership lease: the pause must not cost this process its shards.
+    proc = start_dispatcher(private_redis.url, db_url, ownership_ttl_ms=60_000)
+    with Client(proc.target, timeout=60) as client, ThreadPoolExecutor(calls) as pool:
+        client.enqueue("noop", {"warm": True})
+        wait_until(lambda: sum(s.ready for s in client.stats()) == 1, timeout=10)  # its push landed
+        assert private_redis.pid is not None
+        os.kill(private_redis.pid, signal.SIGSTOP)
+        try:
+            answers = [
+                pool.submit(client.enqueue_many, [{"type": f"noop{i % 5}", "payload": {"i": i}}] * per_call)
+                for i in range(calls)
+            ]
+            # Every call commits; only the first answers leave while their pushes cannot land.
+            wait_until(lambda: count_jobs(db_url) == 1 + calls * per_call, timeout=30)
+            with pytest.raises(AssertionError):
+                wait_until(lambda: sum(a.done() for a in answers) > answered_while_stalled, timeout=2)
+            assert sum(a.done() for a in answers) == answered_while_stalled
+        finally:
+            os.kill(private_redis.pid, signal.SIGCONT)
+        for answer in answers:
+            assert len(answer.result(timeout=30)) == per_call
+        wait_until(
+            lambda: sum(s.ready for s in client.stats()) == 1 + calls * per_call,
+            timeout=30,
+            message=lambda: f"{sum(s.ready for s in client.stats())} of {1 + calls * per_call} ready in Redis",
+        )
 
 
 @pytest.fixture

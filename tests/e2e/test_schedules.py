@@ -139,6 +139,7 @@ def test_two_dispatchers_racing_for_the_schedules_shard_make_each_occurrence_onc
     start_worker(second.target, types="noop.race")
     with Client(first.target) as client:
         client.upsert_schedule(every_second("race", "noop.race", catch_up="all"))
+        wait_until(lambda: starts(ledger, "noop.race"), timeout=15)  # it ticks before the race begins
         for _ in range(2):
             owner_id, epoch = wait_until(lambda: _settled_owner(client, "noop.race"), timeout=20)
             owner, other = (first, second) if owner_id.endswith(f"-{first.port}") else (second, first)
@@ -165,6 +166,7 @@ def test_two_dispatchers_racing_for_the_schedules_shard_make_each_occurrence_onc
             timeout=30,
         )
     rows = occurrences_in_db(db_url, "race")
+    assert rows, "the schedule made no occurrence at all"
     times = [at for _, at, _ in rows]
     assert len(times) == len(set(times)), "an occurrence was materialized twice"
     assert times == list(range(times[0], times[-1] + 1, SECOND)), "an occurrence is missing"
