@@ -125,7 +125,6 @@ def test_redis_down_during_enqueue(start_dispatcher, private_redis, db_url, star
     assert proc.process is not None and proc.process.poll() is None
 
 
-
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_stalled_redis_holds_enqueue_answers_once_the_committed_backlog_passes_its_bound(
     start_dispatcher, private_redis, db_url
@@ -157,10 +156,11 @@ def test_a_stalled_redis_holds_enqueue_answers_once_the_committed_backlog_passes
             os.kill(private_redis.pid, signal.SIGCONT)
         for answer in answers:
             assert len(answer.result(timeout=30)) == per_call
+        total = 1 + calls * per_call
         wait_until(
-            lambda: sum(s.ready for s in client.stats()) == 1 + calls * per_call,
+            lambda: sum(s.ready for s in client.stats()) == total,
             timeout=30,
-            message=lambda: f"{sum(s.ready for s in client.stats())} of {1 + calls * per_call} ready in Redis",
+            message=lambda: f"{sum(s.ready for s in client.stats())} of {total} ready in Redis",
         )
 
 
