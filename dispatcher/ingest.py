@@ -2,11 +2,11 @@
 
 An enqueue is acknowledged once its DB transaction commits: from then on the job is never lost,
 and the push of the shards this process owns goes on behind the reply (jobs of another process's
-shards are handed to it first). Concurrent enqueues share one transaction, so
-single-job enqueues from many clients cost one commit per batch rather than one each. When Redis
-cannot take the jobs after the commit they are still accepted: the reconciler pushes them once
-Redis is back; when this process dies first, the shard's next owner reconciles them when it
-acquires the shard.
+shards are handed to it first, and it queues them behind its answer to the hand-off). Concurrent
+enqueues share one transaction, so single-job enqueues from many clients cost one commit per batch
+rather than one each. When Redis cannot take the jobs after the commit they are still accepted:
+the reconciler pushes them once Redis is back; when this process dies first, the shard's next
+owner reconciles them when it acquires the shard.
 
 Queueing behind the reply takes the Redis work off each call's critical path. With every push
 behind it, bulk calls of 1,000 (8 types over 2 dispatcher processes, PostgreSQL) awaited one after
@@ -178,29 +178,31 @@ class Ingestor:
 
     async def enqueue(self, jobs: Sequence[ValidJob], now: int) -> list[tuple[str, bool]]:
         shards = {t: shard_for(t, self.shard_count) for t in {j.type for j in jobs}}
+        delayed, ready = JobState.DELAYED.value, JobState.READY.value
+        # Positional: 21 keyword arguments cost three times as much a row (1,000 rows 1.08 -> 0.38 ms).
         rows = [
             JobRow(
-                id=job_id,
-                type=j.type,
-                shard=shards[j.type],
-                priority=int(j.priority),
-                payload=j.payload,
-                status=JobState.DELAYED.value if j.run_at_ms > now else JobState.READY.value,
-                run_at=j.run_at_ms,
-                lease_until=None,
-                attempts=0,
-                failures=0,
-                expirations=0,
-                max_attempts=j.max_attempts,
-                lease_ttl_ms=j.lease_ttl_ms,
-                idem_key=j.idempotency_key or None,
-                last_error=None,
-                dead_reason=None,
-                result=None,
-                enqueued_at=now,
-                started_at=None,
-                finished_at=None,
-                updated_at=now,
+                job_id,  # id
+                j.type,
+                shards[j.type],
+                int(j.priority),
+                j.payload,
+                delayed if j.run_at_ms > now else ready,  # status
+                j.run_at_ms,
+                None,  # lease_until
+                0,  # attempts
+                0,  # failures
+                0,  # expirations
+                j.max_attempts,
+                j.lease_ttl_ms,
+                j.idempotency_key or None,
+                None,  # last_error
+                None,  # dead_reason
+                None,  # result
+                now,  # enqueued_at
+                None,  # started_at
+                None,  # finished_at
+                now,  # updated_at
             )
             for job_id, j in zip(new_job_ids(len(jobs)), jobs, strict=True)
         ]
@@ -231,11 +233,22 @@ class Ingestor:
             else:
                 handed_on.append(self._coalesced.push(shard, new))
         # Another process's jobs are handed on before the answer: were this process to die after
-        # answering, their owner would not queue them until its next full reconcile (minutes).
+        # answering, their owner would not queue them until its next full reconcile (minutes). The
+        # owner answers once it has them (take), so only their trip to it is waited for.
         await asyncio.gather(*handed_on)
+        await self._backlog_room()
+        return results
+
+    async def take(self, shard: int, jobs: list[NewJob]) -> None:
+        """Committed jobs of a shard this process owns, handed over by the process that committed
+        them: queued behind the answer like this process's own. Should it die first, the shard's
+        next owner queues them when it acquires the shard (reconcile on acquisition)."""
+        self._queue_behind(shard, jobs)
+        await self._backlog_room()
+
+    async def _backlog_room(self) -> None:
         if self.unqueued > MAX_UNQUEUED:
             await self._room.wait()
-        return results
 
     def _queue_behind(self, shard: int, jobs: list[NewJob]) -> None:
         self.unqueued += len(jobs)

@@ -86,7 +86,7 @@ class ShardService(pb_grpc.ShardServiceServicer):
             raise NotOwner(f"shard {request.shard} is not owned here")
         records: dict[bytes, JobRecord] = {}  # jobs alike come with the same record: read it once
         jobs = [_pushed_job(j, f"jobs[{i}]", records) for i, j in enumerate(request.jobs)]
-        await self.app.ingest.push(request.shard, jobs)
+        await self.app.ingest.take(request.shard, jobs)
         return pb.PushJobsResponse()
 
 

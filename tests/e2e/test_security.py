@@ -358,13 +358,13 @@ async def test_two_supervised_processes_hand_jobs_off_over_tls_with_auth(tmp_pat
         client = AsyncClient(first_address, token=PRODUCER, tls_ca=str(setup.ca.cert_path), route=False)
         try:
             ids = [await client.enqueue(t, {"i": i}) for i, t in enumerate(types)]
-            # Handed off synchronously: the jobs are in the owner's Redis sets when enqueue returns.
-            # (A refused hand-off would flag the shard in shardq:dirty for its owner to reconcile.)
+            # Handed to the owner before enqueue returns, which queues them behind its answer. (A
+            # refused hand-off would flag the shard in shardq:dirty for its owner to reconcile.)
             with redis_lib.Redis.from_url(redis_url) as redis:
                 for job_id, job_type in zip(ids, types, strict=True):
                     shard = shard_for(job_type, SHARDS)
-                    assert redis.hexists(keys.ShardKeys(shard).jobs, job_id)
                     assert not redis.sismember(keys.DIRTY_KEY, shard)
+                    await wait_for(lambda: redis.hexists(keys.ShardKeys(shard).jobs, job_id), timeout=5)  # noqa: B023
             # A worker follows the shard map to the owner's advertised port, over TLS too.
             async with serve(
                 {t: handle for t in types},
