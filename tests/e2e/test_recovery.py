@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -14,6 +15,7 @@ from dispatcher.failpoints import CRASH_EXIT_CODE
 from dispatcher.keys import ShardKeys
 from dispatcher.records import JobRecord
 from dispatcher.states import JobState
+from shardmap import shard_for
 from tests.e2e.conftest import TEST_SETTINGS
 from tests.support.db import query, statuses
 from tests.support.processes import DispatcherProcess, WorkerProcess, read_ledger
@@ -94,6 +96,49 @@ def test_jobs_committed_but_not_yet_queued_when_the_dispatcher_died_run_on_the_n
     wait_until(lambda: set(statuses(db_url, ids).values()) == {"succeeded"}, timeout=30)
     runs = Counter(e["job"] for e in read_ledger(ledger) if e["event"] == "start")
     assert all(runs[job] == 1 for job in ids), runs
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+def test_jobs_handed_to_an_owner_that_died_before_queueing_them_run_on_its_successor(
+    start_dispatcher: Callable[..., DispatcherProcess],
+    start_worker: Callable[..., WorkerProcess],
+    ledger: Path,
+    redis_url: str,
+    db_url: str,
+    tmp_path: Path,
+) -> None:
+    """Jobs of another process's shards are handed to their owner, which answers once it has them
+    and queues them behind that answer. An owner that dies in between leaves rows Redis does not
+    hold: its successor queues them when it acquires the shard, and each runs once."""
+    settings = {**TEST_SETTINGS, "dispatcher_id": "d1", "failpoints": "ingest.before-queue"}
+    doomed = DispatcherProcess(redis_url, db_url, tmp_path, **settings).start()
+    try:
+        committer = start_dispatcher(redis_url, db_url, dispatcher_id="d2")
+        with Client(committer.target) as client:
+            view = wait_until(lambda: _settled_map(client, {"d1", "d2"}), timeout=30)
+            owner = {s.shard: s.owner for s in view.shards}
+            candidates = (f"noop.handed{i}" for i in range(200))
+            types = [t for t in candidates if owner[shard_for(t, view.shard_count)] == "d1"][:3]
+            assert types, "d1 owns no shard"
+            # Through d2, which commits them and hands them to d1 (route=False: no client routing).
+            ids = client.enqueue_many([{"type": types[i % 3], "payload": {"i": i}} for i in range(30)])
+        assert doomed.process is not None
+        assert doomed.process.wait(30) == CRASH_EXIT_CODE, doomed.log_tail()
+    finally:
+        doomed.kill()
+    assert len(ids) == 30 and not held_in_redis(redis_url, ids), "the failpoint did not hold"
+    successor = start_dispatcher(redis_url, db_url, dispatcher_id="d1")
+    start_worker(successor.target, types=",".join(types))
+    wait_until(lambda: set(statuses(db_url, ids).values()) == {"succeeded"}, timeout=30)
+    runs = Counter(e["job"] for e in read_ledger(ledger) if e["event"] == "start")
+    assert all(runs[job] == 1 for job in ids), runs
+
+
+def _settled_map(client: Client, members: set[str]) -> Any:
+    """The shard map once exactly ``members`` are alive and own every shard."""
+    view = client.shard_map()
+    alive = {m.id for m in view.members if m.alive}
+    return view if alive == members and all(s.owner in alive for s in view.shards) else None
 
 
 def held_in_redis(redis_url: str, ids: list[str]) -> set[str]:
