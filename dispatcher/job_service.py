@@ -82,8 +82,9 @@ class JobService(pb_grpc.JobServiceServicer):
         jobs = [
             validation.job_spec(spec, f"jobs[{i}]", self.settings, now) for i, spec in enumerate(request.jobs)
         ]
-        for i, job in enumerate(jobs):
-            auth.check_types([job.type], f"jobs[{i}].type")
+        if not all(map(auth.may_use, {job.type for job in jobs})):  # then name the first job refused
+            for i, job in enumerate(jobs):
+                auth.check_types([job.type], f"jobs[{i}].type")
         results = await self.app.ingest.enqueue(jobs, now)
         return pb.EnqueueManyResponse(job_ids=[r[0] for r in results], created=[r[1] for r in results])
 
