@@ -8,10 +8,8 @@ rather than one each. When Redis cannot take the jobs after the commit they are 
 the reconciler pushes them once Redis is back; when this process dies first, the shard's next
 owner reconciles them when it acquires the shard.
 
-Queueing behind the reply takes the Redis work off each call's critical path. With every push
-behind it, bulk calls of 1,000 (8 types over 2 dispatcher processes, PostgreSQL) awaited one after
-another went from 29.3K to 36.5K jobs/s, and 64 single calls in flight from 6.4K to 8.3K (means of
-3 alternating rounds); with hand-offs awaited again, bulk 26.4K -> 30.1K (2 rounds). Meanwhile a job
+Queueing behind the reply takes the Redis work off each call's critical path (docs/performance.md
+has each step's figures). Meanwhile a job
 may be committed but not yet queued: Stats answers after this process's pushes settle, and a
 cancel that finds no record leaves a note its push honours (cancel.lua).
 """

@@ -11,7 +11,7 @@ import psutil
 
 from tests.support.ports import free_port
 from tests.support.processes import DispatcherProcess
-from worker_sdk import Client
+from tests.support.shard_map import settled_view
 
 
 def dispatcher_settings(processes: int) -> dict[str, Any]:
@@ -45,20 +45,11 @@ class Dispatcher:
     def start(self, timeout: float = 60.0) -> Dispatcher:
         self.proc.start(timeout)
         deadline = time.monotonic() + timeout
-        while not self._settled():
+        while settled_view(self.target, self.processes) is None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"shards not all owned after {timeout} s:\n{self.proc.log_tail()}")
             time.sleep(0.05)
         return self
-
-    def _settled(self) -> bool:
-        try:
-            with Client(self.target, timeout=2) as client:
-                view = client.shard_map()
-        except Exception:
-            return False
-        alive = {m.id for m in view.members if m.alive}
-        return len(alive) == self.processes and all(s.owner in alive for s in view.shards)
 
     def rss_bytes(self) -> int:
         """Resident memory of the supervisor and all its children."""

@@ -6,7 +6,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -19,6 +18,7 @@ from shardmap import shard_for
 from tests.e2e.conftest import TEST_SETTINGS
 from tests.support.db import query, statuses
 from tests.support.processes import DispatcherProcess, WorkerProcess, read_ledger
+from tests.support.shard_map import settled_view
 from tests.support.wait import wait_until
 from worker_sdk import Client, ShardqError
 
@@ -114,8 +114,8 @@ def test_jobs_handed_to_an_owner_that_died_before_queueing_them_run_on_its_succe
     doomed = DispatcherProcess(redis_url, db_url, tmp_path, **settings).start()
     try:
         committer = start_dispatcher(redis_url, db_url, dispatcher_id="d2")
+        view = wait_until(lambda: settled_view(committer.target, 2), timeout=30)  # d1 and d2
         with Client(committer.target) as client:
-            view = wait_until(lambda: _settled_map(client, {"d1", "d2"}), timeout=30)
             owner = {s.shard: s.owner for s in view.shards}
             candidates = (f"noop.handed{i}" for i in range(200))
             types = [t for t in candidates if owner[shard_for(t, view.shard_count)] == "d1"][:3]
@@ -132,13 +132,6 @@ def test_jobs_handed_to_an_owner_that_died_before_queueing_them_run_on_its_succe
     wait_until(lambda: set(statuses(db_url, ids).values()) == {"succeeded"}, timeout=30)
     runs = Counter(e["job"] for e in read_ledger(ledger) if e["event"] == "start")
     assert all(runs[job] == 1 for job in ids), runs
-
-
-def _settled_map(client: Client, members: set[str]) -> Any:
-    """The shard map once exactly ``members`` are alive and own every shard."""
-    view = client.shard_map()
-    alive = {m.id for m in view.members if m.alive}
-    return view if alive == members and all(s.owner in alive for s in view.shards) else None
 
 
 def held_in_redis(redis_url: str, ids: list[str]) -> set[str]:

@@ -14,6 +14,7 @@ import pytest
 
 from dispatcher._pb import shardq_pb2 as pb
 from tests.support.processes import read_ledger
+from tests.support.shard_map import settled_view
 from tests.support.wait import wait_until
 from worker_sdk import Client
 
@@ -28,16 +29,6 @@ FAST = {"shard_count": SHARDS, "ownership_ttl_ms": 3000}
 def _map(target: str) -> pb.GetShardMapResponse:
     with Client(target, timeout=5) as client:
         return client.shard_map()
-
-
-def _settled(target: str, members: int) -> bool:
-    """`members` live members, and every shard owned by one of them."""
-    try:
-        view = _map(target)
-    except Exception:
-        return False
-    alive = {m.id for m in view.members if m.alive}
-    return len(alive) == members and all(s.owner in alive for s in view.shards)
 
 
 def _owners(target: str) -> Counter[str]:
@@ -81,7 +72,9 @@ def test_supervisor_restarts_a_killed_process_and_jobs_keep_flowing(
     start_dispatcher, redis_url, db_url, start_worker, ledger
 ):
     proc = start_dispatcher(redis_url, db_url, processes=3, **FAST)
-    wait_until(lambda: _settled(proc.target, 3), timeout=30, message="3 processes never owned every shard")
+    wait_until(
+        lambda: settled_view(proc.target, 3), timeout=30, message="3 processes never owned every shard"
+    )
     types = [f"noop{i}" for i in range(12)]
     for _ in range(2):
         start_worker(proc.target, types=",".join(types), concurrency=16)
@@ -96,7 +89,9 @@ def test_supervisor_restarts_a_killed_process_and_jobs_keep_flowing(
             message=lambda: f"{len({e['job'] for e in read_ledger(ledger)})} jobs ran",
         )
         more = client.enqueue_many([{"type": types[i % 12]} for i in range(300)])
-    wait_until(lambda: _settled(proc.target, 3), timeout=30, message="the killed process did not come back")
+    wait_until(
+        lambda: settled_view(proc.target, 3), timeout=30, message="the killed process did not come back"
+    )
     assert len(psutil.Process(proc.process.pid).children()) == 3
     ended = {e["job"] for e in read_ledger(ledger) if e["event"] == "end"}
     wait_until(
@@ -118,7 +113,7 @@ def test_rebalance_live_under_load_loses_nothing(
 ):
     procs = [start_dispatcher(redis_url, db_url, **FAST) for _ in range(4)]
     target = procs[0].target
-    wait_until(lambda: _settled(target, 4), timeout=30)
+    wait_until(lambda: settled_view(target, 4), timeout=30)
     with Client(target) as client:
         assert len(client.rebalance().moves) >= 0
         wait_until(lambda: sorted(_owners(target).values()) == [4, 4, 4, 4], timeout=20)
@@ -132,7 +127,7 @@ def test_rebalance_live_under_load_loses_nothing(
         # 4 -> 2: two processes leave (they release their shards), the plan spreads them over two.
         procs[2].stop()
         procs[3].stop()
-        wait_until(lambda: _settled(target, 2), timeout=30)
+        wait_until(lambda: settled_view(target, 2), timeout=30)
         plan = client.rebalance(dry_run=True)
         assert not plan.applied
         client.rebalance()
@@ -140,13 +135,13 @@ def test_rebalance_live_under_load_loses_nothing(
         # 2 -> 4 again, live.
         procs[2].start()
         procs[3].start()
-        wait_until(lambda: _settled(target, 4), timeout=30)
+        wait_until(lambda: settled_view(target, 4), timeout=30)
         moves = client.rebalance().moves
         assert len(moves) == 8, [(m.shard, m.source, m.target) for m in moves]
         wait_until(lambda: sorted(_owners(target).values()) == [4, 4, 4, 4], timeout=20)
         # And one dispatcher dies without a word: its shards are taken over after the ownership TTL.
         procs[1].kill()
-        wait_until(lambda: _settled(target, 3), timeout=30)
+        wait_until(lambda: settled_view(target, 3), timeout=30)
         wait_until(
             lambda: set(ids) <= {e["job"] for e in read_ledger(ledger) if e["event"] == "end"},
             timeout=240,
@@ -164,7 +159,7 @@ def test_rebalance_live_under_load_loses_nothing(
 def test_paused_owner_is_fenced_after_takeover(start_dispatcher, redis_url, db_url, start_worker, ledger):
     first = start_dispatcher(redis_url, db_url, **FAST)
     second = start_dispatcher(redis_url, db_url, **FAST)
-    wait_until(lambda: _settled(first.target, 2), timeout=30)
+    wait_until(lambda: settled_view(first.target, 2), timeout=30)
     with Client(first.target) as client:
         client.rebalance()
         wait_until(lambda: sorted(_owners(first.target).values()) == [8, 8], timeout=20)
@@ -174,7 +169,7 @@ def test_paused_owner_is_fenced_after_takeover(start_dispatcher, redis_url, db_u
         second.signal(signal.SIGSTOP)  # a stand-in for a partition: it cannot renew, but it is not dead
         try:
             wait_until(
-                lambda: _settled(first.target, 1),
+                lambda: settled_view(first.target, 1),
                 timeout=30,
                 message="the paused owner's shards were not taken over",
             )
@@ -190,7 +185,7 @@ def test_paused_owner_is_fenced_after_takeover(start_dispatcher, redis_url, db_u
         )
         starts = Counter(e["job"] for e in read_ledger(ledger) if e["event"] == "start")
         assert all(starts[j] == 1 for j in ids), "a job ran twice across the takeover"
-        wait_until(lambda: _settled(first.target, 2), timeout=30)  # it rejoins as a member
+        wait_until(lambda: settled_view(first.target, 2), timeout=30)  # it rejoins as a member
 
 
 @SQLITE
@@ -200,7 +195,7 @@ def test_only_the_owner_runs_scripts_on_a_shard(start_dispatcher, redis_url, db_
     import redis as redis_sync
 
     procs = [start_dispatcher(redis_url, db_url, **FAST) for _ in range(2)]
-    wait_until(lambda: _settled(procs[0].target, 2), timeout=30)
+    wait_until(lambda: settled_view(procs[0].target, 2), timeout=30)
     with Client(procs[0].target) as client:
         client.rebalance()
         wait_until(lambda: sorted(_owners(procs[0].target).values()) == [8, 8], timeout=20)
@@ -251,7 +246,7 @@ def test_clients_send_each_job_to_its_shards_owner(start_dispatcher, redis_url, 
     # Ownership outlives the owner's freeze below (each unrouted enqueue waits out a 5 s hand-off).
     ttl = 20_000
     procs = [start_dispatcher(redis_url, db_url, shard_count=SHARDS, ownership_ttl_ms=ttl) for _ in range(2)]
-    wait_until(lambda: _settled(procs[0].target, 2), timeout=30)
+    wait_until(lambda: settled_view(procs[0].target, 2), timeout=30)
     with Client(procs[0].target) as client:
         client.rebalance()
     wait_until(lambda: sorted(_owners(procs[0].target).values()) == [8, 8], timeout=20)
