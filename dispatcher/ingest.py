@@ -9,9 +9,9 @@ the reconciler pushes them once Redis is back; when this process dies first, the
 owner reconciles them when it acquires the shard.
 
 Queueing behind the reply takes the Redis work off each call's critical path (docs/performance.md
-has each step's figures). Meanwhile a job
-may be committed but not yet queued: Stats answers after this process's pushes settle, and a
-cancel that finds no record leaves a note its push honours (cancel.lua).
+has each step's figures). Meanwhile a job may be committed but not yet queued: Stats answers after
+this process's pushes settle, and a cancel that finds no record leaves a note its push honours
+(cancel.lua).
 """
 
 from __future__ import annotations
