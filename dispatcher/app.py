@@ -219,8 +219,11 @@ class Dispatcher:
             return str(outcome.state)
         if db_status in ("succeeded", "dead", "cancelled"):
             return db_status
-        await self.store.set_cancelled(job_id)  # Redis does not hold it: its row is the only copy
-        return "cancelled"
+        # Redis does not hold it: its push is on the way, or it finished and Redis forgot it once its
+        # status was committed, possibly after db_status was read. The row decides, read afresh.
+        if self.writer.is_pending(job_id):
+            await self.writer.flush()
+        return await self.store.set_cancelled(job_id) or "cancelled"
 
     async def hand_off(self, shard: int, jobs: list[NewJob]) -> None:
         """Committed jobs of a shard another process owns: ask the owner to queue them. When that
@@ -353,7 +356,7 @@ class Dispatcher:
         await self.return_unsent(session, session.withdraw_all())  # leases the worker never received
         if session.held and not self.stopping:
             await self.release_leases(
-                [(job_id, token, shard) for job_id, (token, shard) in session.held.items()]
+                session.stream_id, [(job_id, token, shard) for job_id, (token, shard) in session.held.items()]
             )
         session.log.info("worker disconnected", held=len(session.held))
 
@@ -381,14 +384,16 @@ class Dispatcher:
             if ready:
                 self.sessions.notify_ready(shard, ready)
 
-    async def release_leases(self, refs: list[tuple[str, str, int]]) -> None:
+    async def release_leases(self, stream_id: str, refs: list[tuple[str, str, int]]) -> None:
+        """The stream ``stream_id`` ended: of these leases, those it still holds lapse after the
+        reconnect grace (Redis knows which: the worker may have reclaimed some on a newer stream)."""
         until = steady_ms() + self.settings.reconnect_grace_ms
         by_shard: dict[int, list[tuple[str, str]]] = {}
         for job_id, token, shard in refs:
             by_shard.setdefault(shard, []).append((job_id, token))
         for shard, pairs in by_shard.items():
             try:
-                await self.working_set.shorten(shard, until, pairs)
+                await self.working_set.shorten(shard, until, stream_id, pairs)
             except REDIS_DOWN:
                 continue  # the full TTL still bounds them
             if shard in self.reapers:

@@ -31,6 +31,7 @@ class JobRecord:
     idempotency_key: str = ""  # i
     cancel_requested: bool = False  # c
     dead_reason: str = ""  # z: why it is dead (for a new owner that finds it unrecorded in the DB)
+    holder: str = ""  # o: the worker stream holding the lease (only its clean-up may shorten it)
 
     def pack(self, state: JobState | None = None) -> bytes:
         """msgpack of the record; ``state`` replaces its state (a new job's is decided when queued).
@@ -65,6 +66,8 @@ class JobRecord:
             data["c"] = 1
         if self.dead_reason:
             data["z"] = self.dead_reason
+        if self.holder:
+            data["o"] = self.holder
         return msgpack.packb(data)
 
     @classmethod
@@ -86,4 +89,5 @@ class JobRecord:
             idempotency_key=d.get("i", ""),
             cancel_requested=bool(d.get("c", 0)),
             dead_reason=d.get("z", ""),
+            holder=d.get("o", ""),
         )

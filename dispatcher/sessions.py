@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import secrets
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -47,6 +48,10 @@ class WorkerSession:
         self.job_types = job_types
         self.concurrency = concurrency
         self.peer = peer
+        # Names this stream as the holder of its leases in Redis, so that when it ends only the leases
+        # it still holds are shortened: the worker may have reclaimed some on a newer stream, perhaps
+        # on another dispatcher, before this one was seen to end.
+        self.stream_id = secrets.token_hex(6)
         self.credit = 0
         self.held: dict[str, tuple[str, int]] = {}  # job id -> (token, shard)
         self.types_of: dict[str, str] = {}  # job id -> type, for the leases this stream handed out
@@ -188,7 +193,13 @@ class WorkerSession:
             return 0, picks  # moved away since the round began
         try:
             grants, unfilled = await self.app.working_set.lease(
-                shard, epoch, steady_ms(), self.types_by_shard[shard], picks, fallback=fallback
+                shard,
+                epoch,
+                steady_ms(),
+                self.types_by_shard[shard],
+                picks,
+                fallback=fallback,
+                holder=self.stream_id,
             )
         except NotOwner:
             await self.app.ownership.recover(shard, epoch)
@@ -200,8 +211,9 @@ class WorkerSession:
         if not grants:
             return 0, unfilled
         if self.closed:
-            # The stream ended while we leased: let these leases lapse after the reconnect grace.
-            await self.app.release_leases([(g.id, g.token, g.shard) for g in grants])
+            # The stream ended while we leased: the worker never saw these leases, so they go back as
+            # if never granted (the attempt not counted) rather than lapsing after the reconnect grace.
+            await self.app.return_unsent(self, grants)
             return 0, []
         self.credit -= len(grants)
         self.app.lease_deadline(shard, min(g.deadline_ms for g in grants))

@@ -160,7 +160,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         refs = list(dict.fromkeys(refs))  # a lease listed twice is extended (and answered) once
         now = steady_ms()  # a lease deadline
         for shard, group in _by_shard(refs).items():
-            results = await self.app.working_set.extend(shard, now, [(i, t) for i, t, _ in group])
+            results = await self.app.working_set.extend(
+                shard, now, [(i, t) for i, t, _ in group], holder=session.stream_id if reclaim else ""
+            )
             for (job_id, token, _), deadline in zip(group, results, strict=True):
                 ref = pb.LeaseRef(job_id=job_id, token=token, shard=shard)
                 if deadline == 0:

@@ -180,8 +180,10 @@ class WorkingSet:
         *,
         fallback: bool = True,
         nonce: str | None = None,
+        holder: str = "",
     ) -> tuple[list[Grant], list[Priority]]:
-        """Lease one job per pick. Returns the grants and the picks left unfilled.
+        """Lease one job per pick to the worker stream ``holder``. Returns the grants and the picks
+        left unfilled.
 
         Tokens are ``epoch:serial:nonce``; the nonce (random unless a test fixes it) makes them
         unguessable, since an ack with a valid token completes the job on any dispatcher."""
@@ -197,6 +199,7 @@ class WorkingSet:
                 "".join(str(int(c)) for c in picks),
                 int(fallback),
                 secrets.token_hex(8) if nonce is None else nonce,
+                holder,
             ],
         )
         _check_owner(result, shard)
@@ -236,17 +239,21 @@ class WorkingSet:
             )
         return grants, unfilled
 
-    async def extend(self, shard: int, now: int, refs: Sequence[tuple[str, str]]) -> list[int]:
-        """Per (id, token): new deadline, 0 if rejected, negative deadline if cancel was requested."""
+    async def extend(
+        self, shard: int, now: int, refs: Sequence[tuple[str, str]], holder: str = ""
+    ) -> list[int]:
+        """Per (id, token): new deadline, 0 if rejected, negative deadline if cancel was requested.
+        A ``holder`` (a reclaim) makes that worker stream the holder of the leases extended."""
         k = ShardKeys(shard)
-        args: list[Any] = [now]
+        args: list[Any] = [now, holder]
         for ref in refs:
             args += ref
         return [int(x) for x in await self.scripts.extend_lease(keys=[k.jobs, k.leased], args=args)]
 
-    async def shorten(self, shard: int, until: int, refs: Sequence[tuple[str, str]]) -> int:
+    async def shorten(self, shard: int, until: int, holder: str, refs: Sequence[tuple[str, str]]) -> int:
+        """The worker stream ``holder`` ended: these leases, of those it still holds, end at ``until``."""
         k = ShardKeys(shard)
-        args: list[Any] = [until]
+        args: list[Any] = [until, holder]
         for ref in refs:
             args += ref
         return int(await self.scripts.shorten_lease(keys=[k.jobs, k.leased], args=args))

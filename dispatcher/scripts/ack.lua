@@ -20,6 +20,7 @@ for n, id in ipairs(ids) do
     ended[rec.t][rec.p] = (ended[rec.t][rec.p] or 0) + 1
     rec.s = 'succeeded'
     rec.k = nil
+    rec.o = nil
     done[#done + 1] = id
     records[#records + 1] = id; records[#records + 1] = cmsgpack.pack(rec)
     out[#out + 1] = 1; out[#out + 1] = rec.a; out[#out + 1] = rec.f or 0; out[#out + 1] = rec.x or 0

@@ -7,6 +7,8 @@ Input:
           empty falls back to the highest non-empty class, '0' when it is left unfilled (the caller tries
           the worker's other shards first). Within a class the oldest ready job of the types goes first.
   ARGV[6] nonce: random hex from the caller, the unguessable part of this call's tokens
+  ARGV[7] holder: the id of the worker stream the leases go to ('' or absent: none recorded); the
+          clean-up of that stream shortens only the leases it still holds
 Output:
   -1 not owner
   otherwise a flat table, 12 entries per lease:
@@ -22,6 +24,7 @@ local now = tonumber(ARGV[2])
 local ntypes = tonumber(ARGV[3])
 local picks = ARGV[4]
 local page = #picks
+local holder = ARGV[7] ~= '' and ARGV[7] or nil
 
 -- The heads of the ready sets, read a page at a time; taken members are removed at the end.
 local heads = {}  -- key -> {items = {member, score, ...}, pos, offset, done}
@@ -103,6 +106,7 @@ if #chosen > 0 then
       local token = ARGV[1] .. ':' .. (serial + n) .. ':' .. ARGV[6]
       rec.a = (rec.a or 0) + 1
       rec.k = token
+      rec.o = holder
       rec.d = now + rec.l
       rec.s = 'leased'
       moved[rec.t] = moved[rec.t] or {}

@@ -29,6 +29,7 @@ for n, id in ipairs(ids) do
     local u = (rand + n * 0.6180339887) % 1
     local state, run_at = retry_or_dead(rec, wall_now, policy, 'lease_expired', -1, u)
     rec.k = nil
+    rec.o = nil
     rec.d = nil
     set_state(KEYS[6], rec, state)
     if state == 'delayed' then

@@ -25,6 +25,7 @@ for i = 6, #ARGV, 5 do
                                                      tonumber(ARGV[i + 4]))
     redis.call('ZREM', KEYS[3], id)
     rec.k = nil
+    rec.o = nil
     rec.d = nil
     set_state(KEYS[5], rec, state)
     if state == 'delayed' then

@@ -15,6 +15,7 @@ for i = 1, #ARGV, 3 do
   if holds(rec, token) then
     redis.call('ZREM', KEYS[3], id)
     rec.k = nil
+    rec.o = nil
     rec.d = nil
     rec.a = rec.a - 1
     if rec.c then

@@ -346,14 +346,19 @@ class Store(ScheduleQueries, abc.ABC):
             rows = await tx.execute(f"DELETE FROM jobs WHERE {sql} RETURNING id", params)
         return len(rows)
 
-    async def set_cancelled(self, job_id: str) -> None:
-        """Cancel a job Redis does not hold (its row is the only copy)."""
+    async def set_cancelled(self, job_id: str) -> str | None:
+        """Cancel a job Redis does not hold (its row is the only copy) unless its row says it has
+        finished. Returns its status after: "cancelled", or the one it finished with; None without
+        a row."""
         async with self.transaction() as tx:
-            await tx.execute(
+            rows = await tx.execute(
                 "UPDATE jobs SET status = 'cancelled', finished_at = ?, updated_at = ? WHERE id = ? "
-                "AND status IN ('delayed', 'ready', 'leased')",
+                "AND status IN ('delayed', 'ready', 'leased') RETURNING status",
                 (wall_ms(), wall_ms(), job_id),
             )
+            if not rows:
+                rows = await tx.execute("SELECT status FROM jobs WHERE id = ?", (job_id,))
+        return str(rows[0][0]) if rows else None
 
     async def write_position(self) -> int:
         """A position in the DB's log at or after every commit made so far (see durable_position)."""

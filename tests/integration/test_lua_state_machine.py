@@ -119,6 +119,7 @@ class MJob:
     deadline: int = 0
     cancel: bool = False
     dead_reason: str = ""  # kept in the record once dead
+    holder: str = ""  # the worker stream holding its lease
     ready_seq: int = 0  # its score in the ready zset (the shard's seq when it became ready)
     frozen: bytes | None = None  # the raw record, once seen terminal: it must never change again
 
@@ -139,6 +140,7 @@ class MJob:
             idempotency_key=self.idem,
             cancel_requested=self.cancel,
             dead_reason=self.dead_reason,
+            holder=self.holder,
         )
 
 
@@ -173,6 +175,7 @@ POLICIES = st.builds(
 )
 
 GARBAGE_TOKENS = ("", "nope", "0:0", "99999:1", "1:")
+STREAMS = ("", "stream-a", "stream-b")  # worker streams holding leases ('' records none)
 
 
 class LuaStateMachine(RuleBasedStateMachine):
@@ -243,6 +246,7 @@ class LuaStateMachine(RuleBasedStateMachine):
     def end_lease(self, j: MJob) -> None:
         self.superseded.add(j.token)
         j.token = ""
+        j.holder = ""
 
     def decide(self, j: MJob, final_reason: str, override: int) -> Outcome:
         """retry_or_dead, as the spec says: j.failures / j.expirations already count this attempt."""
@@ -412,21 +416,25 @@ class LuaStateMachine(RuleBasedStateMachine):
         picks=st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=4),
         fallback=st.booleans(),
         empty=st.integers(0, 9),
+        holder=st.sampled_from(STREAMS),
     )
-    def lease(self, job_types: list[str], picks: list[int], fallback: bool, empty: int) -> None:
+    def lease(self, job_types: list[str], picks: list[int], fallback: bool, empty: int, holder: str) -> None:
         if empty == 0:  # now and then a worker with no types, or no credit
             job_types, picks = ([], picks) if picks[0] == 0 else (job_types, [])
-        self.lease_jobs(job_types, picks, fallback)
+        self.lease_jobs(job_types, picks, fallback, holder)
 
     @precondition(lambda self: any(j.state is READY for j in self.jobs.values()))
-    @rule(picks=st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=4))
-    def lease_any_type(self, picks: list[int]) -> None:
-        self.lease_jobs(list(TYPES), picks, True)
+    @rule(picks=st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=4), holder=st.sampled_from(STREAMS))
+    def lease_any_type(self, picks: list[int], holder: str) -> None:
+        self.lease_jobs(list(TYPES), picks, True, holder)
 
-    def lease_jobs(self, job_types: list[str], picks: list[int], fallback: bool) -> list[Grant]:
+    def lease_jobs(
+        self, job_types: list[str], picks: list[int], fallback: bool, holder: str = ""
+    ) -> list[Grant]:
         """One lease per pick: the oldest ready job of the pick's class among the worker's types.
         An empty class falls back to the highest non-empty class (fallback) or leaves the pick
-        unfilled; once every class is empty, this and the remaining picks are unfilled."""
+        unfilled; once every class is empty, this and the remaining picks are unfilled. The leases'
+        holder is the worker stream ``holder``."""
         expected: list[Grant] = []
         unfilled: list[Priority] = []
         taken: set[str] = set()
@@ -450,7 +458,7 @@ class LuaStateMachine(RuleBasedStateMachine):
             taken.add(j.id)
             self.seq += 1
             token = f"{self.epoch}:{self.seq}:{nonce}"
-            j.state, j.token, j.deadline = LEASED, token, self.now + j.ttl
+            j.state, j.token, j.deadline, j.holder = LEASED, token, self.now + j.ttl, holder
             j.attempts += 1
             expected.append(
                 Grant(
@@ -470,7 +478,9 @@ class LuaStateMachine(RuleBasedStateMachine):
                 )
             )
         grants, left = self.run(
-            self.ws.lease(SHARD, self.epoch, self.now, job_types, picks, fallback=fallback, nonce=nonce)
+            self.ws.lease(
+                SHARD, self.epoch, self.now, job_types, picks, fallback=fallback, nonce=nonce, holder=holder
+            )
         )
         assert grants == expected
         assert left == unfilled, (picks, fallback, left, unfilled)
@@ -484,31 +494,41 @@ class LuaStateMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.tokens))
     @rule(data=st.data())
     def extend(self, data: st.DataObject) -> None:
+        """A heartbeat (no holder: the leases' holders stay) or a reclaim by a worker stream, which
+        holds the leases from now on."""
         refs = self.draw_refs(data)
+        holder = data.draw(st.sampled_from(STREAMS), label="reclaiming stream")
         was_superseded = [token in self.superseded for _, token in refs]
         expected: list[int] = []
         for job_id, token in refs:
             if self.holds(job_id, token):
                 j = self.jobs[job_id]
                 j.deadline = self.now + j.ttl
+                j.holder = holder or j.holder
                 expected.append(-j.deadline if j.cancel else j.deadline)
             else:
                 expected.append(0)
         self.check_token_call(
-            refs, was_superseded, lambda: self.ws.extend(SHARD, self.now, refs), expected, 0
+            refs, was_superseded, lambda: self.ws.extend(SHARD, self.now, refs, holder), expected, 0
         )
 
     @precondition(lambda self: bool(self.tokens))
     @rule(data=st.data(), offset=st.integers(-50, 150))
     def shorten(self, data: st.DataObject, offset: int) -> None:
+        """A worker stream ended: of its leases, only those it still holds (or that record no holder)
+        end by ``until``; one reclaimed by another stream keeps its deadline."""
         refs = self.draw_refs(data)
+        ended = data.draw(st.sampled_from(STREAMS), label="ended stream")
         until = self.now + offset
         n = 0
         for job_id, token in refs:
-            if self.holds(job_id, token) and self.jobs[job_id].deadline > until:
-                self.jobs[job_id].deadline = until
+            if not self.holds(job_id, token):
+                continue
+            j = self.jobs[job_id]
+            if j.holder in ("", ended) and j.deadline > until:
+                j.deadline = until
                 n += 1
-        assert self.run(self.ws.shorten(SHARD, until, refs)) == n
+        assert self.run(self.ws.shorten(SHARD, until, ended, refs)) == n
 
     @precondition(lambda self: bool(self.tokens))
     @rule(data=st.data())

@@ -119,7 +119,7 @@ async def scenario(ws: WorkingSet, shard: int) -> list[tuple[str, Any]]:
     note("ack again (stale token)", await ws.ack(shard, now + 200, refs[:1]))
     nacks = [NackSpec(*refs[1]), NackSpec(*refs[2], final_reason="not_retryable")]
     note("retry", await ws.retry(shard, now + 200, nacks, POLICY))
-    note("shorten", await ws.shorten(shard, now + 300, refs[3:4]))
+    note("shorten", await ws.shorten(shard, now + 300, "", refs[3:4]))
     note("reap before deadline", await ws.reap(shard, epoch, now + 299, 10, POLICY))
     note("reap", await ws.reap(shard, epoch, now + 300, 10, POLICY))
     note("reap stale", await expect_not_owner(ws.reap(shard, 7, now + 300, 10, POLICY)))
