@@ -31,6 +31,7 @@ async def test_closing_an_old_stream_leaves_alone_a_lease_reclaimed_on_another_d
     view = await asyncio.to_thread(
         wait_until, lambda: settled_view(first.target, 2), 30, message="2 processes never owned every shard"
     )
+    assert view is not None
     owner = view.shards[shard_for(JOB_TYPE, view.shard_count)].address
     other = next(p.target for p in (first, second) if p.target != owner)
     await _reclaim_then_close_the_old_stream(owner, other)

@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgpack
 import pytest
 
 from dispatcher.config import Settings
 from dispatcher.keys import ShardKeys
+from dispatcher.records import JobRecord
 from dispatcher.server import RunningDispatcher, start_dispatcher
+from dispatcher.states import JobState
 from dispatcher.working_set import Grant
 from shardmap import shard_for
 from tests.support.ports import free_port
@@ -42,9 +43,9 @@ async def running(redis_url: str, db_url: str) -> AsyncIterator[RunningDispatche
         await running.stop()
 
 
-async def _record(running: RunningDispatcher, job_type: str, job_id: str) -> dict[str, Any] | None:
+async def _record(running: RunningDispatcher, job_type: str, job_id: str) -> JobRecord | None:
     raw = await running.app.redis.hget(ShardKeys(shard_for(job_type, SHARDS)).jobs, job_id)
-    return None if raw is None else msgpack.unpackb(raw)
+    return None if raw is None else JobRecord.unpack(raw)
 
 
 async def test_cancel_of_a_job_that_succeeded_and_left_redis_answers_succeeded(
@@ -105,9 +106,9 @@ async def test_a_lease_granted_to_a_stream_that_ended_during_the_call_is_returne
         await gone.credit(1)
         await wait_for(lambda: granted, timeout=15, message="the job was never leased")
         assert [g.id for g in granted] == [job_id]
-        await wait_for(lambda: _state(running, "late", job_id, "ready"), timeout=15)
+        await wait_for(lambda: _state(running, "late", job_id, JobState.READY), timeout=15)
         record = await _record(running, "late", job_id)
-        assert record is not None and record.get("a", 0) == 0, record
+        assert record is not None and record.attempts == 0, record
         monkeypatch.undo()
         await next_worker.hello("next", ["late"])
         await next_worker.credit(1)
@@ -119,6 +120,6 @@ async def test_a_lease_granted_to_a_stream_that_ended_during_the_call_is_returne
         await client.close()
 
 
-async def _state(running: RunningDispatcher, job_type: str, job_id: str, state: str) -> bool:
+async def _state(running: RunningDispatcher, job_type: str, job_id: str, state: JobState) -> bool:
     record = await _record(running, job_type, job_id)
-    return record is not None and record["s"] == state
+    return record is not None and record.state is state
