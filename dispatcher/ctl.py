@@ -264,7 +264,9 @@ def _add_global_options(parser: argparse.ArgumentParser, defaults: bool) -> None
         default=default(None),
         help="bearer token (env SHARDQ_TOKEN); prefer the env: argv is visible",
     )
-    parser.add_argument("--tls", action="store_true", default=default(None), help="use TLS (env SHARDQ_TLS=1)")
+    parser.add_argument(
+        "--tls", action="store_true", default=default(None), help="use TLS (env SHARDQ_TLS=1)"
+    )
     parser.add_argument(
         "--tls-ca",
         default=default(None),
@@ -275,7 +277,9 @@ def _add_global_options(parser: argparse.ArgumentParser, defaults: bool) -> None
         default=default(None),
         help="client certificate for mutual TLS (env SHARDQ_TLS_CLIENT_CERT)",
     )
-    parser.add_argument("--tls-key", default=default(None), help="its private key (env SHARDQ_TLS_CLIENT_KEY)")
+    parser.add_argument(
+        "--tls-key", default=default(None), help="its private key (env SHARDQ_TLS_CLIENT_KEY)"
+    )
     parser.add_argument(
         "--tls-server-name",
         default=default(None),

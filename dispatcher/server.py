@@ -75,7 +75,9 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
         try:
             store = await open_store(settings.resolved_db_url())
         except StoreUnavailable as exc:
-            raise ConfigError(f"{exc} (check SHARDQ_DB_URL or --db-url, and that the database is up)") from None
+            raise ConfigError(
+                f"{exc} (check SHARDQ_DB_URL or --db-url, and that the database is up)"
+            ) from None
         stack.push_async_callback(store.close)
         log.info("using database", url=store.url_for_logs, embedded=settings.db_url is None)
         # SO_REUSEPORT only when a supervisor runs several processes on one shared address.
@@ -93,7 +95,9 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
         if own_port != port:  # a private address of this process, next to the shared one
             host = settings.listen.rsplit(":", 1)[0]
             if security.bind(server, f"{host}:{own_port}") == 0:
-                raise ConfigError(f"cannot listen on {host}:{own_port}, the advertised port (SHARDQ_ADVERTISE)")
+                raise ConfigError(
+                    f"cannot listen on {host}:{own_port}, the advertised port (SHARDQ_ADVERTISE)"
+                )
         if settings.metrics_listen:  # before the dispatcher starts: a taken port stops nothing running
             metrics.serve_metrics(settings.metrics_listen, redis_url, settings.shard_count)
             log.info("metrics", address=settings.metrics_listen)
@@ -148,7 +152,9 @@ async def _serve_plain_health(
     except RuntimeError:  # grpcio raises where older releases returned 0
         port = 0
     if port == 0:
-        raise ConfigError(f"cannot listen on {settings.health_listen}: the port is taken (SHARDQ_HEALTH_LISTEN)")
+        raise ConfigError(
+            f"cannot listen on {settings.health_listen}: the port is taken (SHARDQ_HEALTH_LISTEN)"
+        )
     await server.start()
     stack.push_async_callback(server.stop, 1.0)
     log.info("plaintext health endpoint", address=settings.health_listen)
