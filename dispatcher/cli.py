@@ -10,6 +10,7 @@ from . import schedules_file
 from .config import Settings
 from .errors import DispatcherError
 from .logs import configure
+from .supervisor import START_FAILED
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except DispatcherError as exc:
         print(f"dispatcher: {exc}", file=sys.stderr)
-        return 2
+        return START_FAILED
     except KeyboardInterrupt:
         return 130
 

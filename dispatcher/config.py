@@ -105,7 +105,7 @@ class Settings:
     #: SHARDQ_ADVERTISE is unset; the port is the one this process listens on.
     advertise_host: str | None = None
     #: SHARDQ_METRICS_LISTEN: where /metrics is served (host:port). Empty: no metrics endpoint.
-    metrics_listen: str = "0.0.0.0:9464"
+    metrics_listen: str = "127.0.0.1:9464"
     #: SHARDQ_SHARD_COUNT: logical shards, fixed when a cluster is first created.
     shard_count: int = DEFAULT_SHARD_COUNT
     #: SHARDQ_LEASE_TTL_MS: default lease TTL of a job.

@@ -240,19 +240,69 @@ def cmd_health(client: Client, args: argparse.Namespace) -> Any:
     return {"target": client.target, "status": status}, f"{client.target} is {status}"
 
 
+def _add_global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    """The connection and output options. The top-level parser gets them with their defaults; every
+    subcommand gets them again without defaults, so ``dispatcherctl stats --json`` works as
+    ``dispatcherctl --json stats`` does (kubectl, gh and docker accept them on either side)."""
+
+    def default(value: Any) -> Any:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--target",
+        default=default(None),
+        help="dispatcher address (env SHARDQ_TARGET, default 127.0.0.1:7070)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=default(False), help="print JSON instead of tables"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=default(30.0), help="seconds to wait for the dispatcher"
+    )
+    parser.add_argument(
+        "--token",
+        default=default(None),
+        help="bearer token (env SHARDQ_TOKEN); prefer the env: argv is visible",
+    )
+    parser.add_argument(
+        "--tls", action="store_true", default=default(None), help="use TLS (env SHARDQ_TLS=1)"
+    )
+    parser.add_argument(
+        "--tls-ca",
+        default=default(None),
+        help="PEM CA to check the dispatcher's certificate (env SHARDQ_TLS_CA)",
+    )
+    parser.add_argument(
+        "--tls-cert",
+        default=default(None),
+        help="client certificate for mutual TLS (env SHARDQ_TLS_CLIENT_CERT)",
+    )
+    parser.add_argument(
+        "--tls-key", default=default(None), help="its private key (env SHARDQ_TLS_CLIENT_KEY)"
+    )
+    parser.add_argument(
+        "--tls-server-name",
+        default=default(None),
+        help="name to check in the dispatcher's certificate (env SHARDQ_TLS_SERVER_NAME)",
+    )
+
+
+def _leaf_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers of the runnable commands (``stats``, ``job show``, ``schedule add``, ...)."""
+    children = [
+        child
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for child in action.choices.values()
+    ]
+    if not children:
+        return [parser]
+    return [leaf for child in children for leaf in _leaf_parsers(child)]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dispatcherctl", description="operate a shardq dispatcher")
-    parser.add_argument("--target", help="dispatcher address (env SHARDQ_TARGET, default 127.0.0.1:7070)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the dispatcher")
-    parser.add_argument("--token", help="bearer token (env SHARDQ_TOKEN); prefer the env: argv is visible")
-    parser.add_argument("--tls", action="store_true", default=None, help="use TLS (env SHARDQ_TLS=1)")
-    parser.add_argument("--tls-ca", help="PEM CA to check the dispatcher's certificate (env SHARDQ_TLS_CA)")
-    parser.add_argument("--tls-cert", help="client certificate for mutual TLS (env SHARDQ_TLS_CLIENT_CERT)")
-    parser.add_argument("--tls-key", help="its private key (env SHARDQ_TLS_CLIENT_KEY)")
-    parser.add_argument(
-        "--tls-server-name", help="name to check in the dispatcher's certificate (env SHARDQ_TLS_SERVER_NAME)"
-    )
+    _add_global_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("enqueue", help="enqueue a job and print its id")
@@ -308,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--all", action="store_true", help="every dead job matching the filters")
         p.set_defaults(func=func)
     ctl_schedules.add_commands(sub)
+    for leaf in _leaf_parsers(parser):
+        _add_global_options(leaf, defaults=False)
     return parser
 
 

@@ -27,6 +27,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .clock import steady_ms, wall_ms
+from .errors import ConfigError
 from .keys import ALIVE_KEY, ShardKeys
 from .records import JobRecord
 from .states import Priority
@@ -275,4 +276,10 @@ def serve_metrics(
         registry = REGISTRY
     if redis_url:
         registry.register(QueueCollector(redis_url, shard_count, type_label.limit))
-    start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=registry)
+    try:
+        start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=registry)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot serve metrics on {listen}: {exc.strerror or exc} (set SHARDQ_METRICS_LISTEN to a free "
+            "address, or to an empty value to turn metrics off)"
+        ) from None

@@ -47,9 +47,12 @@ class ServerSecurity:
 
     def bind(self, server: grpc.aio.Server, address: str) -> int:
         """Listen on ``address`` (TLS when configured); the bound port, 0 when it could not bind."""
-        if self.credentials is not None:
-            return server.add_secure_port(address, self.credentials)
-        return server.add_insecure_port(address)
+        try:
+            if self.credentials is not None:
+                return server.add_secure_port(address, self.credentials)
+            return server.add_insecure_port(address)
+        except RuntimeError:  # grpcio raises where older releases returned 0
+            return 0
 
     def describe(self) -> dict[str, Any]:
         """For the start-up log line: what is on, and never a secret."""

@@ -18,6 +18,7 @@ from ._pb import shardq_pb2_grpc as pb_grpc
 from .app import Dispatcher
 from .config import Settings
 from .embedded import EmbeddedRedis
+from .errors import REDIS_DOWN, ConfigError, StoreUnavailable
 from .job_service import JobService
 from .redaction import redact
 from .schedule_service import ScheduleService
@@ -71,26 +72,46 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
             redis_url = embedded.url
         else:
             log.info("using redis", url=redact(redis_url))
-        store = await open_store(settings.resolved_db_url())
+        try:
+            store = await open_store(settings.resolved_db_url())
+        except StoreUnavailable as exc:
+            raise ConfigError(
+                f"{exc} (check SHARDQ_DB_URL or --db-url, and that the database is up)"
+            ) from None
         stack.push_async_callback(store.close)
         log.info("using database", url=store.url_for_logs, embedded=settings.db_url is None)
         # SO_REUSEPORT only when a supervisor runs several processes on one shared address.
         options = [*GRPC_OPTIONS, ("grpc.so_reuseport", 1 if settings.shared_listen else 0)]
         server = grpc.aio.server(options=options, interceptors=security.interceptors())
+        stack.push_async_callback(server.stop, None)  # a failed start leaves no server behind
         port = security.bind(server, settings.listen)
         if port == 0:
-            raise OSError(f"cannot listen on {settings.listen}")
+            raise ConfigError(
+                f"cannot listen on {settings.listen}: the port is taken or the address is not this "
+                "host's (set SHARDQ_LISTEN or --listen)"
+            )
         advertise = settings.advertised(port)
         own_port = int(advertise.rsplit(":", 1)[1])
         if own_port != port:  # a private address of this process, next to the shared one
             host = settings.listen.rsplit(":", 1)[0]
             if security.bind(server, f"{host}:{own_port}") == 0:
-                raise OSError(f"cannot listen on {host}:{own_port}")
+                raise ConfigError(
+                    f"cannot listen on {host}:{own_port}, the advertised port (SHARDQ_ADVERTISE)"
+                )
+        if settings.metrics_listen:  # before the dispatcher starts: a taken port stops nothing running
+            metrics.serve_metrics(settings.metrics_listen, redis_url, settings.shard_count)
+            log.info("metrics", address=settings.metrics_listen)
         # One server, or a Redis Cluster; connections named after this member.
         redis: Any = redis_client.connect(redis_url, client_name=settings.member_id(advertise))
         stack.push_async_callback(redis.aclose)
         app = Dispatcher(settings, redis, store, advertise, security.peers)
-        await app.start()
+        try:
+            await app.start()
+        except REDIS_DOWN as exc:
+            raise ConfigError(
+                f"cannot reach Redis at {redact(redis_url)}: {exc} (check SHARDQ_REDIS_URL or --redis-url)"
+            ) from None
+        stack.push_async_callback(_stop_unless_stopped, app)
         pb_grpc.add_JobServiceServicer_to_server(JobService(app), server)
         pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(app), server)
         pb_grpc.add_ShardServiceServicer_to_server(ShardService(app), server)
@@ -105,9 +126,6 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
                 "auth is on but SHARDQ_PEER_TOKEN is unset: other dispatchers will refuse this one's "
                 "hand-offs (their shards are then reconciled from the database, later)"
             )
-        if settings.metrics_listen:
-            metrics.serve_metrics(settings.metrics_listen, redis_url, settings.shard_count)
-            log.info("metrics", address=settings.metrics_listen)
         health_task = asyncio.create_task(_health_loop(app, health_servicer), name="health")
         stack.push_async_callback(_cancel, health_task)
         log.info("listening", address=settings.listen, port=port, advertise=advertise, **security.describe())
@@ -117,14 +135,26 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
         raise
 
 
+async def _stop_unless_stopped(app: Dispatcher) -> None:
+    """A start that failed after the dispatcher started (the health port taken) stops it again."""
+    if not app.stopping:
+        await app.stop()
+
+
 async def _serve_plain_health(
     settings: Settings, servicer: health.aio.HealthServicer, stack: AsyncExitStack
 ) -> None:
     """grpc.health.v1 alone on a plaintext port: it tells SERVING or NOT_SERVING and nothing else."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 1 if settings.shared_listen else 0)])
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    if server.add_insecure_port(settings.health_listen) == 0:
-        raise OSError(f"cannot listen on {settings.health_listen} (SHARDQ_HEALTH_LISTEN)")
+    try:
+        port = server.add_insecure_port(settings.health_listen)
+    except RuntimeError:  # grpcio raises where older releases returned 0
+        port = 0
+    if port == 0:
+        raise ConfigError(
+            f"cannot listen on {settings.health_listen}: the port is taken (SHARDQ_HEALTH_LISTEN)"
+        )
     await server.start()
     stack.push_async_callback(server.stop, 1.0)
     log.info("plaintext health endpoint", address=settings.health_listen)

@@ -29,6 +29,7 @@ from .embedded import EmbeddedRedis
 log = structlog.get_logger("shardq.supervisor")
 MAX_BACKOFF_S = 30.0
 HEALTHY_AFTER_S = 60.0
+START_FAILED = 2  # what `dispatcher run` exits with when its settings or dependencies stop it
 
 
 def _free_port(host: str) -> int:
@@ -67,6 +68,7 @@ class Supervisor:
         if settings.auth_enabled and not self.peer_token:
             self.peer_token = secrets.token_urlsafe(32)
         self._stopping = asyncio.Event()
+        self.exit_code = 0
 
     def _env(self, child: Child, redis_url: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -99,13 +101,13 @@ class Supervisor:
             embedded = EmbeddedRedis()
             await embedded.start()
             redis_url = embedded.url
-        if self.settings.metrics_listen:
-            from .metrics import serve_metrics
-
-            serve_metrics(
-                self.settings.metrics_listen, redis_url, self.settings.shard_count, self.metrics_dir
-            )
         try:
+            if self.settings.metrics_listen:
+                from .metrics import serve_metrics
+
+                serve_metrics(
+                    self.settings.metrics_listen, redis_url, self.settings.shard_count, self.metrics_dir
+                )
             log.info("supervisor starting", processes=len(self.children), listen=f"{self.host}:{self.port}")
             watchers = [asyncio.create_task(self._watch(c, redis_url)) for c in self.children]
             await self._stopping.wait()
@@ -121,7 +123,7 @@ class Supervisor:
             if embedded:
                 embedded.stop()
             shutil.rmtree(self.metrics_dir, ignore_errors=True)
-        return 0
+        return self.exit_code
 
     async def _watch(self, child: Child, redis_url: str) -> None:
         while not self._stopping.is_set():
@@ -135,6 +137,13 @@ class Supervisor:
 
             multiprocess.mark_process_dead(child.process.pid, self.metrics_dir)
             if self._stopping.is_set():
+                return
+            if code == START_FAILED and child.restarts == 0:
+                # It printed why (a port taken, a database or Redis it cannot reach): restarting the
+                # same settings would print it forever, so the supervisor stops with that exit code.
+                log.error("dispatcher process could not start; stopping", slot=child.slot)
+                self.exit_code = START_FAILED
+                self._stopping.set()
                 return
             ran = time.monotonic() - child.started
             if ran > HEALTHY_AFTER_S:
