@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,63 @@ def test_a_hand_off_that_fails_with_redis_refusing_writes_still_answers_ok_and_t
     wait_until(lambda: set(statuses(db_url, ids).values()) == {"succeeded"}, timeout=30)
     runs = Counter(e["job"] for e in read_ledger(ledger) if e["event"] == "start")
     assert all(runs[job] == 1 for job in ids), runs
+
+
+SLOW_INSERT = """
+CREATE FUNCTION test_slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM new_rows WHERE type = 'noop.slow') THEN
+    PERFORM pg_sleep(3);
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER test_slow_insert AFTER INSERT ON jobs REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION test_slow_insert();
+"""
+
+
+# PostgreSQL only: SQLite's write transactions exclude each other, so a purge cannot commit inside an
+# enqueue's transaction.
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_an_idempotency_key_whose_job_is_purged_during_the_enqueue_still_answers_ok_with_every_id(
+    dispatcher: DispatcherProcess,
+    start_worker: Callable[..., WorkerProcess],
+    ledger: Path,
+    db_url: str,
+) -> None:
+    """The enqueue's insert skips its keyed job for the existing dead job with that key, and a purge
+    deletes that job before the enqueue reads who owns the key (a trigger holds the enqueue between
+    the two, in the database itself). The key is free again: the enqueue creates the job under it
+    and answers OK with every id, so nothing is committed behind an error the client would retry."""
+    start_worker(dispatcher.target, types="final.keyed,noop.slow,noop.keyed")
+    with Client(dispatcher.target, timeout=30) as client:
+        old = client.enqueue("final.keyed", {}, idempotency_key="k-1")
+        wait_until(lambda: statuses(db_url, [old]) == {old: "dead"}, timeout=20)
+        query(db_url, SLOW_INSERT)
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(
+                client.enqueue_many,
+                [
+                    {"type": "noop.slow", "payload": {}},
+                    {"type": "noop.keyed", "payload": {}, "idempotency_key": "k-1"},
+                ],
+            )
+            wait_until(
+                lambda: (
+                    query(db_url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'")
+                    == [(1,)]
+                ),
+                timeout=10,
+            )
+            with Client(dispatcher.target, timeout=30) as other:
+                assert other.purge_dead(job_type="final.keyed") == 1
+            try:
+                ids = answer.result(30)
+            except ShardqError as exc:
+                pytest.fail(f"an enqueue committed to the DB answered {exc.code.name}: {exc}")
+    assert len(ids) == 2 and old not in ids
+    rows = dict(query(db_url, "SELECT id, type FROM jobs"))
+    assert rows == {ids[0]: "noop.slow", ids[1]: "noop.keyed"}
+    wait_until(lambda: set(statuses(db_url, ids).values()) == {"succeeded"}, timeout=20)
+    runs = Counter(e["job"] for e in read_ledger(ledger) if e["event"] == "start")
+    assert runs[ids[0]] == 1 and runs[ids[1]] == 1, runs
