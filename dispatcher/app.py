@@ -80,6 +80,8 @@ class Dispatcher:
         self.counters: Counter[str] = Counter()
         self._tasks: list[asyncio.Task[Any]] = []
         self._needs_reconcile: set[int] = set()
+        self._unflagged: set[int] = set()  # shards to flag in DIRTY_KEY once Redis takes the write
+        self._flagging: asyncio.Future[None] | None = None
         self._background: set[asyncio.Future[Any]] = set()
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -227,29 +229,54 @@ class Dispatcher:
 
     async def hand_off(self, shard: int, jobs: list[NewJob]) -> None:
         """Committed jobs of a shard another process owns: ask the owner to queue them. When that
-        fails, flag the shard so its owner reconciles it from the DB (the jobs are safe there)."""
-        address = self.coordinator.view.address_of_owner(shard)
-        if not address:  # the view may predate the shard's current owner: read it again
-            address = (await self.coordinator.refresh()).address_of_owner(shard)
-        if address and address != self.advertise:
-            request = pb.PushJobsRequest(
-                shard=shard,
-                jobs=[pb.PushedJob(id=j.id, record=j.record.pack(), payload=j.payload) for j in jobs],
-            )
-            try:
+        fails, flag the shard so its owner reconciles it from the DB (the jobs are safe there).
+        Never raises: the jobs are committed, so the enqueue answers OK whatever fails here."""
+        address = None
+        try:
+            address = self.coordinator.view.address_of_owner(shard)
+            if not address:  # the view may predate the shard's current owner: read it again
+                address = (await self.coordinator.refresh()).address_of_owner(shard)
+            if address and address != self.advertise:
+                request = pb.PushJobsRequest(
+                    shard=shard,
+                    jobs=[pb.PushedJob(id=j.id, record=j.record.pack(), payload=j.payload) for j in jobs],
+                )
                 await self.peers.shard_service(address).PushJobs(
                     request, timeout=5, metadata=self.peers.metadata
                 )
                 return
-            except grpc.aio.AioRpcError as exc:
-                log.warning(
-                    "hand-off to the shard owner failed", shard=shard, owner=address, code=exc.code().name
-                )
-        try:
-            await self.redis.sadd(DIRTY_KEY, shard)
-        except REDIS_DOWN:
-            self._needs_reconcile.add(shard)
-        self.coordinator.wake()
+        except grpc.aio.AioRpcError as exc:
+            log.warning(
+                "hand-off to the shard owner failed", shard=shard, owner=address, code=exc.code().name
+            )
+        except Exception as exc:
+            log.warning("hand-off to the shard owner failed", shard=shard, owner=address, error=repr(exc))
+        self.flag_for_reconcile(shard)
+
+    def flag_for_reconcile(self, shard: int) -> None:
+        """Have the shard's owner, whichever process it is, reconcile it from the DB soon: committed
+        jobs of it may be missing from Redis. The flag lives in Redis; while Redis refuses it, it is
+        retried in the background (and this process reconciles the shard itself if it owns it)."""
+        self._needs_reconcile.add(shard)
+        self._unflagged.add(shard)
+        if self._flagging is None or self._flagging.done():
+            self._flagging = asyncio.ensure_future(self._flag_unflagged())
+            self.background(self._flagging)
+
+    async def _flag_unflagged(self) -> None:
+        delay = 0.05
+        while self._unflagged:
+            shards = sorted(self._unflagged)
+            try:
+                await self.redis.sadd(DIRTY_KEY, *shards)
+            except Exception as exc:
+                if delay == 0.05:
+                    log.warning("cannot flag shards for reconcile yet", shards=shards, error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            self._unflagged.difference_update(shards)
+            self.coordinator.wake()
 
     async def _reconcile_loop(self) -> None:
         last_full = asyncio.get_running_loop().time()
@@ -290,6 +317,8 @@ class Dispatcher:
 
     def _on_push_failed(self, shard: int) -> None:
         self._needs_reconcile.add(shard)
+        if not self.ownership.owns(shard):  # another process's: only the flag reaches its owner
+            self.flag_for_reconcile(shard)
 
     def _on_expired(self, transitions: list[Transition]) -> None:
         now = wall_ms()

@@ -229,13 +229,24 @@ class Ingestor:
             if shard in self.ownership.epochs:
                 self._queue_behind(shard, new)
             else:
-                handed_on.append(self._coalesced.push(shard, new))
+                handed_on.append(self._hand_on(shard, new))
         # Another process's jobs are handed on before the answer: were this process to die after
         # answering, their owner would not queue them until its next full reconcile (minutes). The
         # owner answers once it has them (take), so only their trip to it is waited for.
         await asyncio.gather(*handed_on)
         await self._backlog_room()
         return results
+
+    async def _hand_on(self, shard: int, jobs: list[NewJob]) -> None:
+        """Push or hand on committed jobs before the answer, which is OK whatever fails here: an
+        error would make the client send the committed jobs again, and they would run twice."""
+        try:
+            await self._coalesced.push(shard, jobs)
+        except Exception:
+            log.exception(
+                "handing on committed jobs failed; the reconciler will", shard=shard, jobs=len(jobs)
+            )
+            self.on_push_failed(shard)
 
     async def take(self, shard: int, jobs: list[NewJob]) -> None:
         """Committed jobs of a shard this process owns, handed over by the process that committed

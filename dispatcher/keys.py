@@ -37,6 +37,12 @@ class ShardKeys:
         return f"{self.tag}:payloads"
 
     @property
+    def results(self) -> str:
+        """Hash: job id -> the result its worker acked it with, kept with the finished record until
+        its row holds it (forget_jobs drops both)."""
+        return f"{self.tag}:results"
+
+    @property
     def delayed(self) -> str:
         """Sorted set: job id scored by run_at (ms)."""
         return f"{self.tag}:delayed"

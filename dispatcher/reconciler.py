@@ -74,11 +74,12 @@ class Reconciler:
             log.warning("restored jobs missing from Redis", shard=shard, restored=restored)
         return restored
 
-    def _catch_up(self, shard: int, finished: list[tuple[str, JobRecord]]) -> int:
-        """Record what Redis says of jobs it finished while their rows still say active; the status
-        writer commits it and then lets Redis forget the records, as after any ack."""
+    def _catch_up(self, shard: int, finished: list[tuple[str, JobRecord, bytes | None]]) -> int:
+        """Record what Redis says of jobs it finished while their rows still say active, results
+        included; the status writer commits it and then lets Redis forget the records, as after any
+        ack."""
         now = wall_ms()
-        for job_id, rec in finished:
+        for job_id, rec, result in finished:
             transition = Transition(
                 job_id,
                 shard,
@@ -88,5 +89,5 @@ class Reconciler:
                 expirations=rec.expirations,
                 dead_reason=rec.dead_reason,
             )
-            self.writer.record(shard, transition_update(transition, now))
+            self.writer.record(shard, transition_update(transition, now, result=result))
         return len(finished)

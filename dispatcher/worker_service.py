@@ -194,7 +194,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         now = wall_ms()
         acked = []
         for shard, group in _by_shard(items).items():
-            results = await self.app.working_set.ack(shard, now, [(i, t) for i, t, *_ in group])
+            results = await self.app.working_set.ack(
+                shard, now, [(i, t) for i, t, *_ in group], [r for *_, r in group]
+            )
             for (job_id, token, _, result), t in zip(group, results, strict=True):
                 job_type = session.forget(job_id)
                 if t is None:

@@ -276,12 +276,20 @@ class WorkingSet:
             out.append(Transition(job_id, shard, state, attempts=int(r[2 * n + 1])) if state else None)
         return out
 
-    async def ack(self, shard: int, now: int, refs: Sequence[tuple[str, str]]) -> list[Transition | None]:
+    async def ack(
+        self,
+        shard: int,
+        now: int,
+        refs: Sequence[tuple[str, str]],
+        results: Sequence[bytes | None] = (),
+    ) -> list[Transition | None]:
+        """Complete the leases ``refs`` (id, token); ``results`` (by position, None or missing for
+        none) stay with the finished records until forget()."""
         k = ShardKeys(shard)
         args: list[Any] = [now]
-        for ref in refs:
-            args += ref
-        r = await self.scripts.ack(keys=[k.jobs, k.payloads, k.leased, k.counts], args=args)
+        for n, ref in enumerate(refs):
+            args += [*ref, (results[n] if n < len(results) else None) or b""]
+        r = await self.scripts.ack(keys=[k.jobs, k.payloads, k.leased, k.counts, k.results], args=args)
         out: list[Transition | None] = []
         for n, (job_id, _) in enumerate(refs):
             ok, attempts, failures, expirations = (int(x) for x in r[n * 4 : n * 4 + 4])
@@ -389,16 +397,19 @@ class WorkingSet:
         return int(r)
 
     async def forget(self, shard: int, ids: Sequence[str]) -> int:
-        return int(await self.scripts.forget_jobs(keys=[ShardKeys(shard).jobs], args=list(ids)))
+        k = ShardKeys(shard)
+        return int(await self.scripts.forget_jobs(keys=[k.jobs, k.results], args=list(ids)))
 
     async def missing(self, shard: int, ids: Sequence[str]) -> list[str]:
         r = await self.scripts.missing_jobs(keys=[ShardKeys(shard).jobs], args=list(ids))
         return [_s(x) for x in r]
 
-    async def finished(self, shard: int, ids: Sequence[str]) -> list[tuple[str, JobRecord]]:
-        """Those of these jobs whose record in Redis is finished (succeeded, dead, cancelled)."""
-        r = await self.scripts.finished_jobs(keys=[ShardKeys(shard).jobs], args=list(ids))
-        return [(_s(r[i]), JobRecord.unpack(r[i + 1])) for i in range(0, len(r), 2)]
+    async def finished(self, shard: int, ids: Sequence[str]) -> list[tuple[str, JobRecord, bytes | None]]:
+        """Those of these jobs whose record in Redis is finished (succeeded, dead, cancelled), each
+        with the result it was acked with (None: none)."""
+        k = ShardKeys(shard)
+        r = await self.scripts.finished_jobs(keys=[k.jobs, k.results], args=list(ids))
+        return [(_s(r[i]), JobRecord.unpack(r[i + 1]), r[i + 2] or None) for i in range(0, len(r), 3)]
 
     async def acquire(self, shard: int, epoch: int, owner: str, now: int, until: int) -> int:
         """0 acquired, 1 acquired a shard Redis did not know (reconcile it), -2 another owner holds

@@ -1,8 +1,8 @@
 --[[ Read-only: which of these ids have a finished record (succeeded, dead, cancelled) in the shard.
 A finished record stays until its status is committed to the DB; one a crashed owner left behind
 is how its successor learns the DB row is behind.
-Input:  KEYS[1] jobs; ARGV: ids
-Output: id, packed record, id, packed record, ...
+Input:  KEYS[1] jobs, KEYS[2] results; ARGV: ids
+Output: per finished job 3 entries: id, packed record, result ('' for none)
 ]]
 local FINISHED = {succeeded = true, dead = true, cancelled = true}
 local out = {}
@@ -12,6 +12,7 @@ for _, id in ipairs(ARGV) do
     local n = #out
     out[n + 1] = id
     out[n + 2] = raw
+    out[n + 3] = redis.call('HGET', KEYS[2], id) or ''
   end
 end
 return out

@@ -1,5 +1,5 @@
---[[ Drop finished records once their status is committed to the DB.
-Input:  KEYS[1] jobs; ARGV: ids
+--[[ Drop finished records, and the results kept with them, once their status is committed to the DB.
+Input:  KEYS[1] jobs, KEYS[2] results; ARGV: ids
 Output: number removed. A record that is no longer terminal (requeued meanwhile) is kept.
 ]]
 --- @include "record"
@@ -12,4 +12,5 @@ for n, id in ipairs(ARGV) do
   end
 end
 batched('HDEL', KEYS[1], finished)
+batched('HDEL', KEYS[2], finished)
 return #finished

@@ -10,7 +10,7 @@ from importlib import resources
 from typing import Any
 
 from ..clock import wall_ms
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreUnavailable
 from .schedules import ScheduleQueries
 
 COLUMNS = (
@@ -144,6 +144,21 @@ class Tx(abc.ABC):
         transaction (BEGIN IMMEDIATE) already excludes every other writer."""
 
 
+_KEY_RETRIES = 3
+
+
+async def _owners_of_keys(tx: Tx, keys: set[str]) -> dict[str, str]:
+    """Idempotency key -> the id of the job that holds it, for the keys that are held."""
+    ordered = sorted(keys)
+    owner_of: dict[str, str] = {}
+    for i in range(0, len(ordered), 500):
+        chunk = ordered[i : i + 500]
+        marks = ", ".join("?" * len(chunk))
+        found = await tx.execute(f"SELECT idem_key, id FROM jobs WHERE idem_key IN ({marks})", chunk)
+        owner_of.update({k: v for k, v in found})
+    return owner_of
+
+
 _UPDATE = (
     "UPDATE jobs SET status = ?, run_at = COALESCE(?, run_at), lease_until = ?, "
     "attempts = COALESCE(?, attempts), failures = COALESCE(?, failures), "
@@ -239,13 +254,17 @@ class Store(ScheduleQueries, abc.ABC):
         idempotency key exists gets the existing job's id and created=False."""
         async with self.transaction() as tx:
             await tx.insert_new_jobs([r.new_job_values() for r in rows])
-            keys = sorted({r.idem_key for r in rows if r.idem_key})
-            owner_of: dict[str, str] = {}
-            for i in range(0, len(keys), 500):
-                chunk = keys[i : i + 500]
-                marks = ", ".join("?" * len(chunk))
-                found = await tx.execute(f"SELECT idem_key, id FROM jobs WHERE idem_key IN ({marks})", chunk)
-                owner_of.update({k: v for k, v in found})
+            owner_of = await _owners_of_keys(tx, {r.idem_key for r in rows if r.idem_key})
+            # The job that held a key when the insert skipped ours can be deleted (a purge of dead
+            # jobs) before the lookup: the key is free again, so ours goes in now. Resolved before
+            # the commit, so that nothing fails once the jobs are committed.
+            tries = 0
+            while vanished := [r for r in rows if r.idem_key and r.idem_key not in owner_of]:
+                tries += 1
+                if tries > _KEY_RETRIES:  # rolled back: nothing is committed behind this error
+                    raise StoreUnavailable("idempotency keys changed hands during the enqueue; try again")
+                await tx.insert_new_jobs([r.new_job_values() for r in vanished])
+                owner_of.update(await _owners_of_keys(tx, {r.idem_key for r in vanished if r.idem_key}))
         out = []
         for r in rows:
             if r.idem_key:

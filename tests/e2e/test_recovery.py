@@ -65,6 +65,47 @@ def test_finished_jobs_a_crashed_dispatcher_did_not_record_are_recorded_by_the_n
 
 
 @pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+def test_results_of_finished_jobs_a_crashed_dispatcher_did_not_record_are_recorded_by_the_next(
+    start_dispatcher: Callable[..., DispatcherProcess],
+    start_worker: Callable[..., WorkerProcess],
+    redis_url: str,
+    db_url: str,
+    tmp_path: Path,
+) -> None:
+    """A result acked with its job is kept with the finished record in Redis until the row holds
+    it: a dispatcher that dies before committing the status leaves both to its successor, which
+    records the job as succeeded with its result (binary, not UTF-8), never without it."""
+    settings = {**TEST_SETTINGS, "dispatcher_id": "d1", "failpoints": "status.before-commit"}
+    doomed = DispatcherProcess(redis_url, db_url, tmp_path, **settings).start()
+    expected = {}
+    try:
+        with Client(doomed.target) as client:
+            results = [bytes([0xFF, 0x00, i]) + b"result" * i for i in range(20)]
+            ids = client.enqueue_many(
+                [
+                    {"type": "noop.res", "payload": {"i": i, "result_hex": r.hex()}, "lease_ttl": 2}
+                    for i, r in enumerate(results)
+                ]
+            )
+            expected = dict(zip(ids, results, strict=True))
+        start_worker(doomed.target, types="noop.res")
+        assert doomed.process is not None
+        assert doomed.process.wait(30) == CRASH_EXIT_CODE, doomed.log_tail()
+    finally:
+        doomed.kill()
+    finished = sorted(finished_in_redis(redis_url, ids))
+    assert finished, "nothing was acked before the crash"
+    assert set(statuses(db_url, finished).values()) != {"succeeded"}, "the failpoint did not hold"
+    start_dispatcher(redis_url, db_url, dispatcher_id="d1")
+    wait_until(lambda: set(statuses(db_url, finished).values()) == {"succeeded"}, timeout=20)
+    marks = ", ".join("?" * len(finished))
+    rows = query(db_url, f"SELECT id, result FROM jobs WHERE id IN ({marks})", tuple(finished))  # noqa: S608
+    assert {job_id: bytes(result) if result is not None else None for job_id, result in rows} == {
+        job_id: expected[job_id] for job_id in finished
+    }
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
 def test_jobs_committed_but_not_yet_queued_when_the_dispatcher_died_run_on_the_next(
     start_dispatcher: Callable[..., DispatcherProcess],
     start_worker: Callable[..., WorkerProcess],

@@ -122,6 +122,7 @@ class MJob:
     holder: str = ""  # the worker stream holding its lease
     ready_seq: int = 0  # its score in the ready zset (the shard's seq when it became ready)
     frozen: bytes | None = None  # the raw record, once seen terminal: it must never change again
+    result: bytes = b""  # what its ack carried: kept in the results hash until it is forgotten
 
     def record(self) -> JobRecord:
         return JobRecord(
@@ -312,7 +313,7 @@ class LuaStateMachine(RuleBasedStateMachine):
         k = self.k
         pipe = self.redis.pipeline(transaction=False)
         pipe.keys(f"{k.tag}:*")
-        for key in (k.meta, k.jobs, k.payloads, k.counts):
+        for key in (k.meta, k.jobs, k.payloads, k.counts, k.results):
             pipe.hgetall(key)
         for key in (k.delayed, k.leased, *self.ready_keys):
             pipe.zrange(key, 0, -1, withscores=True)
@@ -320,7 +321,7 @@ class LuaStateMachine(RuleBasedStateMachine):
         pipe.smembers(k.types)
         results = iter(await pipe.execute())
         out: dict[str, Any] = {"keys": sorted(key.decode() for key in next(results))}
-        for key in (k.meta, k.jobs, k.payloads, k.counts):
+        for key in (k.meta, k.jobs, k.payloads, k.counts, k.results):
             out[key] = next(results)
         for key in (k.delayed, k.leased, *self.ready_keys):
             out[key] = [(member, int(score)) for member, score in next(results)]
@@ -562,23 +563,33 @@ class LuaStateMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.tokens))
     @rule(data=st.data())
     def ack(self, data: st.DataObject) -> None:
-        self.ack_refs(self.draw_refs(data))
+        self.ack_refs(data, self.draw_refs(data))
 
-    def ack_refs(self, refs: list[tuple[str, str]]) -> None:
+    def ack_refs(self, data: st.DataObject, refs: list[tuple[str, str]]) -> None:
         was_superseded = [token in self.superseded for _, token in refs]
+        # Binary results (not UTF-8 text), empty ones and none at all.
+        results = data.draw(
+            st.lists(
+                st.one_of(st.none(), st.just(b""), st.binary(min_size=1, max_size=24)),
+                min_size=len(refs),
+                max_size=len(refs),
+            ),
+            label="results",
+        )
         expected: list[Transition | None] = []
-        for job_id, token in refs:
+        for (job_id, token), result in zip(refs, results, strict=True):
             if self.holds(job_id, token):
                 j = self.jobs[job_id]
                 self.end_lease(j)  # ack keeps the last deadline in the record
                 j.state = SUCCEEDED
+                j.result = result or b""
                 expected.append(
                     Transition(job_id, SHARD, SUCCEEDED, self.now, j.attempts, j.failures, j.expirations)
                 )
             else:
                 expected.append(None)
         self.check_token_call(
-            refs, was_superseded, lambda: self.ws.ack(SHARD, self.now, refs), expected, None
+            refs, was_superseded, lambda: self.ws.ack(SHARD, self.now, refs, results), expected, None
         )
 
     @precondition(lambda self: bool(self.tokens))
@@ -639,7 +650,7 @@ class LuaStateMachine(RuleBasedStateMachine):
         acks = [(g.id, g.token) for g, a in zip(grants, answers, strict=True) if a == "ack"]
         nacks = [(g.id, g.token) for g, a in zip(grants, answers, strict=True) if a == "nack"]
         if acks:
-            self.ack_refs(acks)
+            self.ack_refs(data, acks)
         if nacks:
             self.nack_refs(data, nacks)
 
@@ -791,6 +802,12 @@ class LuaStateMachine(RuleBasedStateMachine):
         ids = data.draw(
             st.lists(st.sampled_from(candidates), min_size=1, max_size=3, unique=True), label="ids"
         )
+        finished = [
+            (job_id, self.jobs[job_id].record(), self.jobs[job_id].result or None)
+            for job_id in ids
+            if job_id in self.jobs and self.jobs[job_id].state in TERMINAL
+        ]
+        assert self.run(self.ws.finished(SHARD, ids)) == finished
         n = 0
         for job_id in ids:
             j = self.jobs.get(job_id)
@@ -861,7 +878,8 @@ class LuaStateMachine(RuleBasedStateMachine):
         k = self.k
         dump = self.dump()
         ready_keys = self.ready_keys
-        allowed = {k.meta, k.jobs, k.payloads, k.delayed, k.leased, k.counts, k.seq, k.types, *ready_keys}
+        allowed = {k.meta, k.jobs, k.payloads, k.delayed, k.leased, k.counts, k.seq, k.types, k.results}
+        allowed.update(ready_keys)
         allowed.add(k.cancelled_unqueued)
         assert set(dump["keys"]) <= allowed, f"stray keys: {set(dump['keys']) - allowed}"
         noted = self.run(self.redis.zrange(k.cancelled_unqueued, 0, -1))
@@ -937,6 +955,10 @@ class LuaStateMachine(RuleBasedStateMachine):
         # Payloads exactly for active jobs; seq, fencing epoch and types as the model says.
         payloads = {i.decode(): v for i, v in dump[k.payloads].items()}
         assert payloads == {j.id: j.payload for j in self.jobs.values() if j.state in ACTIVE}
+        # Results exactly for the succeeded jobs acked with one, until they are forgotten.
+        results = {i.decode(): v for i, v in dump[k.results].items()}
+        assert results == {j.id: j.result for j in self.jobs.values() if j.result}
+        assert all(self.jobs[i].state is SUCCEEDED for i in results)
         assert int(dump[k.seq] or 0) == self.seq
         assert dump[k.meta][b"epoch"] == str(self.epoch).encode()
         assert {t.decode() for t in dump[k.types]} == self.types_seen

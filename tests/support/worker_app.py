@@ -6,7 +6,8 @@ Each ledger line is JSON written with one os.write on an O_APPEND descriptor, so
 even when the process is SIGKILLed right after.
 Handlers (by job type prefix): ``noop*`` returns at once; ``sleep*`` sleeps payload["sleep"] seconds
 (on attempts up to payload["sleep_attempts"]); ``fail*`` always raises; ``flaky*`` raises until
-attempt > payload["fail_times"]; ``final*`` raises SkipRetry.
+attempt > payload["fail_times"]; ``final*`` raises SkipRetry. A handler that returns returns the bytes
+of payload["result_hex"] as the job's result (none without it).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class Ledger:
 
 
 def handlers_for(types: list[str], ledger: Ledger) -> dict[str, object]:
-    async def handle(ctx: JobContext) -> None:
+    async def handle(ctx: JobContext) -> bytes | None:
         ledger.write("start", ctx)
         payload = ctx.json() or {}
         kind = ctx.type
@@ -57,6 +58,7 @@ def handlers_for(types: list[str], ledger: Ledger) -> dict[str, object]:
             ledger.write("fail", ctx)
             raise SkipRetry("not retryable")
         ledger.write("end", ctx)
+        return bytes.fromhex(payload["result_hex"]) if "result_hex" in payload else None
 
     return {t: handle for t in types}
 
