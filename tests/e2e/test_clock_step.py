@@ -9,6 +9,7 @@ SHARDQ_TEST_CLOCK_OFFSET_FILE (an offset added to the system clock of that proce
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -208,6 +209,15 @@ def test_a_step_between_two_members_starts_leaves_their_steady_clocks_agreeing(
         wait_ticks(redis_url, "early", 3)
         wait_ticks(redis_url, "late", 3)
         assert ownership() == before
+        # The late one's wall clock is the step away from Redis's: its run_at times are, too.
+        for member, apart in ((a, 0), (b, step_ms)):
+            [anchored] = [
+                json.loads(line)
+                for line in member.log_tail(100_000).splitlines()
+                if "steady clock anchored on redis time" in line
+            ]
+            assert abs(anchored["wall_clock_ahead_ms"] - apart) < 1000, anchored
+            assert anchored["level"] == ("warning" if apart else "info"), anchored
 
         b.kill()
         killed_at = time.monotonic()
