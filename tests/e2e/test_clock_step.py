@@ -1,10 +1,12 @@
-"""A dispatcher's system clock stepping by minutes while it runs (NTP, a resumed VM, an operator).
+"""A dispatcher host's system clock stepping by minutes (NTP, a resumed VM, an operator), while a
+dispatcher runs or between two dispatchers' starts.
 
 The design (dispatcher/clock.py): deadlines and durations (leases, reconnect grace, ownership and
-membership, deferred status writes) run on a steady clock that follows the monotonic clock, so a
-step changes none of them; run_at (delayed jobs, retry backoff) is wall time, so a job is due when
-the dispatcher's wall clock says so. The step is made through the clock's test hook,
-SHARDQ_TEST_CLOCK_OFFSET_FILE (an offset added to the system clock of that process only).
+membership, deferred status writes) run on a steady clock, Redis's TIME at process start plus the
+host's boot clock since, so a step changes none of them; run_at (delayed jobs, retry backoff) is
+wall time, so a job is due when the dispatcher's wall clock says so. The step is made through the
+clock's test hook, SHARDQ_TEST_CLOCK_OFFSET_FILE (an offset added to the system clock of the
+processes that read that file).
 """
 
 from __future__ import annotations
