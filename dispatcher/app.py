@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import structlog
 
-from . import metrics, schedules_file
+from . import metrics, redis_client, schedules_file
 from ._pb import shardq_pb2 as pb
 from .clock import steady_ms, wall_ms
 from .config import Settings
@@ -32,6 +32,8 @@ from .tls import ChannelSecurity
 from .working_set import Grant, NewJob, Transition, WorkingSet
 
 QUEUE_BEHIND_GRACE_S = 10.0
+# run_at is wall time: a host this far from Redis's clock runs delayed jobs early or late
+CLOCK_APART_WARN_MS = 1000
 log = structlog.get_logger("shardq.dispatcher")
 
 
@@ -87,6 +89,12 @@ class Dispatcher:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
+        # Before any deadline is taken: other processes compare the ones this one writes to Redis.
+        if await redis_client.anchor_steady_clock(self.redis):
+            apart_ms = wall_ms() - steady_ms()
+            (log.warning if abs(apart_ms) > CLOCK_APART_WARN_MS else log.info)(
+                "steady clock anchored on redis time", wall_clock_ahead_ms=apart_ms
+            )
         applied = await self.store.migrate()
         if applied:
             log.info("database migrated", applied=applied)

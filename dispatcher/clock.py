@@ -2,18 +2,27 @@
 
 * ``wall_ms()`` is the system clock. It is the clock of ``run_at``: when a delayed job or a retry
   is due, and the timestamps people read (enqueued, started, finished).
-* ``steady_ms()`` reads like the wall clock but advances with the monotonic clock from the moment
-  the process started. It is the clock of every deadline and duration: lease deadlines, the
-  reconnect grace, ownership leases and membership heartbeats, deferred status writes. When the
-  system clock steps (NTP, a VM resumed, an operator) a running dispatcher's leases neither expire
-  early nor linger, and it keeps agreeing with its peers (whose clocks did not step) about who is
-  alive and who owns what. The price: a process whose clock was wrong when it started stays off
-  by that much until it restarts, just as it would with the wall clock.
+* ``steady_ms()`` reads like the wall clock but never steps: it is the time of a reference shared
+  by every process, Redis's ``TIME``, read once when the process starts (``anchor_steady``), plus
+  the time elapsed since on the host's boot clock. It is the clock of every deadline and duration:
+  lease deadlines, the reconnect grace, ownership leases and membership heartbeats, deferred status
+  writes. Those deadlines are written to Redis by one process and compared by another, so:
+  - a step of a dispatcher host's system clock (NTP, a VM resumed, an operator), before or after
+    a process starts, moves none of them: running processes and processes started after the step
+    keep agreeing about who is alive, who owns what and when a lease ends;
+  - a suspend of the host counts as elapsed time (CLOCK_BOOTTIME; CLOCK_MONOTONIC stops while the
+    host sleeps), so a process that slept agrees with those that did not and with those started
+    after: its leases and ownership have lapsed, as they have for everyone else;
+  - processes agree to within half the round trip of their anchoring read, plus the difference in
+    their hosts' clock rates since (a few parts per million under NTP), plus any step of the Redis
+    host's clock between their starts (a process stays anchored on what Redis said when it
+    started).
+  Before ``anchor_steady`` is called (a process that never talks to Redis, or before it does) the
+  anchor is the process's own wall clock at import.
 
 Test hook: when ``SHARDQ_TEST_CLOCK_OFFSET_FILE`` names a file, its content (an integer, in ms)
 is added to the system clock, re-read at most every ``_OFFSET_POLL_S``; a test rewrites it to
-step the wall clock of a running process. ``steady_ms()`` is anchored on the wall clock (offset
-included) once, at import, like a real process anchored at start.
+step the wall clock of a running process, or, several processes reading one file, of a host.
 """
 
 from __future__ import annotations
@@ -53,13 +62,38 @@ def wall_ms_exact() -> float:
     return time.time_ns() / 1_000_000 + _test_offset_ms()
 
 
-_ANCHOR_WALL_MS = wall_ms()
-_ANCHOR_MONOTONIC_NS = time.monotonic_ns()
+# CLOCK_BOOTTIME where the platform has it (Linux); elsewhere the monotonic clock.
+_ELAPSED_CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
+def elapsed_ns() -> int:
+    """Nanoseconds on the host's boot clock: it never steps, and counts the time the host slept."""
+    return time.clock_gettime_ns(_ELAPSED_CLOCK)
+
+
+_anchor_ms = wall_ms()
+_anchor_elapsed_ns = elapsed_ns()
+_anchored = False
 
 
 def steady_ms() -> int:
-    """Epoch milliseconds that never step: the wall clock at start plus monotonic time since."""
-    return _ANCHOR_WALL_MS + (time.monotonic_ns() - _ANCHOR_MONOTONIC_NS) // 1_000_000
+    """Epoch milliseconds that never step: the shared reference at the anchor plus the time since."""
+    return _anchor_ms + (elapsed_ns() - _anchor_elapsed_ns) // 1_000_000
+
+
+def anchor_steady(readings: list[tuple[int, float, int]]) -> bool:
+    """Anchor ``steady_ms()`` on a reference clock shared by all processes, once per process.
+
+    ``readings`` are (``elapsed_ns()`` before the request, the reference's epoch ms in the reply,
+    ``elapsed_ns()`` after it); the one with the shortest round trip is used, taken to be read
+    half-way through it. Later calls change nothing (a steady clock must not step once deadlines
+    have been taken from it) and return False."""
+    global _anchor_ms, _anchor_elapsed_ns, _anchored
+    if _anchored or not readings:
+        return False
+    sent, reference_ms, received = min(readings, key=lambda r: r[2] - r[0])
+    _anchor_ms, _anchor_elapsed_ns, _anchored = round(reference_ms), (sent + received) // 2, True
+    return True
 
 
 def ceil_ms(seconds: float) -> int:

@@ -182,9 +182,11 @@ class QueueCollector(Collector):
 
     def _redis(self) -> Any:
         if self._client is None:
-            from .redis_client import connect_sync
+            from .redis_client import anchor_steady_clock_sync, connect_sync
 
             self._client = connect_sync(self.redis_url)
+            # Ownership and membership deadlines are compared below: on the clock that wrote them.
+            anchor_steady_clock_sync(self._client)
         return self._client
 
     @staticmethod

@@ -67,6 +67,7 @@ from redis.exceptions import (
     SlotNotCoveredError,
 )
 
+from .clock import anchor_steady, elapsed_ns
 from .errors import ConfigError
 
 CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}  # scheme -> TLS
@@ -307,3 +308,32 @@ def connect_sync(url: str) -> Any:
     return redis_sync.Redis.from_url(
         url, socket_connect_timeout=SOCKET_CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
     )
+
+
+CLOCK_READS = 3  # TIME round trips per anchoring; the shortest is used
+
+
+def _time_ms(reply: Any) -> float:
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) / 1000
+
+
+async def anchor_steady_clock(redis: Any) -> bool:
+    """Anchor this process's steady clock on Redis's TIME (clock.anchor_steady), the one clock every
+    process that compares the deadlines kept in Redis can read. False when it was anchored before."""
+    readings = []
+    for _ in range(CLOCK_READS):
+        sent = elapsed_ns()
+        reply = await redis.time()
+        readings.append((sent, _time_ms(reply), elapsed_ns()))
+    return anchor_steady(readings)
+
+
+def anchor_steady_clock_sync(redis: Any) -> bool:
+    """anchor_steady_clock with a blocking client."""
+    readings = []
+    for _ in range(CLOCK_READS):
+        sent = elapsed_ns()
+        reply = redis.time()
+        readings.append((sent, _time_ms(reply), elapsed_ns()))
+    return anchor_steady(readings)

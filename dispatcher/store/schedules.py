@@ -107,15 +107,20 @@ class ScheduleQueries:
         """Create the schedule, or change the existing one of that name. Returns (row, created,
         changed); an existing schedule exactly like `wanted` is left alone. A change starts a new
         version at this moment: occurrences are computed afresh from now, and the owner cancels
-        those the older version materialized for later."""
+        those the older version materialized for later. A name is never given a version twice, not
+        even by a schedule created again after one of that name was deleted: its occurrences' job
+        ids (from name, version and time) must not be those of the deleted one's cancelled jobs."""
         now = wall_ms()
         async with self.transaction() as tx:
             current = await _select(tx, wanted.name, for_update=True)
             if current is None:
+                retired = await tx.execute(
+                    "SELECT version FROM retired_schedule_versions WHERE name = ?", (wanted.name,)
+                )
                 row = replace(
                     wanted,
                     enabled=True if enabled is None else enabled,
-                    version=1,
+                    version=retired[0][0] + 1 if retired else 1,
                     changed_at=now,
                     cursor_ms=now,
                     created_at=now,
@@ -213,10 +218,16 @@ class ScheduleQueries:
         version starts after the last of those, `cursor_floor`, so no occurrence runs twice)."""
         async with self.transaction() as tx:
             if schedule.deleted:
-                await tx.execute(
-                    "DELETE FROM schedules WHERE name = ? AND version = ? AND deleted",
+                removed = await tx.execute(
+                    "DELETE FROM schedules WHERE name = ? AND version = ? AND deleted RETURNING name",
                     (schedule.name, schedule.version),
                 )
+                if removed:
+                    await tx.execute(
+                        "INSERT INTO retired_schedule_versions (name, version) VALUES (?, ?) "
+                        "ON CONFLICT (name) DO UPDATE SET version = excluded.version",
+                        (schedule.name, schedule.version),
+                    )
                 return
             await tx.execute(
                 "UPDATE schedules SET cleanup_pending = FALSE, next_occurrence_ms = ?, "

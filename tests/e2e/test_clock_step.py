@@ -1,18 +1,22 @@
-"""A dispatcher's system clock stepping by minutes while it runs (NTP, a resumed VM, an operator).
+"""A dispatcher host's system clock stepping by minutes (NTP, a resumed VM, an operator), while a
+dispatcher runs or between two dispatchers' starts.
 
 The design (dispatcher/clock.py): deadlines and durations (leases, reconnect grace, ownership and
-membership, deferred status writes) run on a steady clock that follows the monotonic clock, so a
-step changes none of them; run_at (delayed jobs, retry backoff) is wall time, so a job is due when
-the dispatcher's wall clock says so. The step is made through the clock's test hook,
-SHARDQ_TEST_CLOCK_OFFSET_FILE (an offset added to the system clock of that process only).
+membership, deferred status writes) run on a steady clock, Redis's TIME at process start plus the
+host's boot clock since, so a step changes none of them; run_at (delayed jobs, retry backoff) is
+wall time, so a job is due when the dispatcher's wall clock says so. The step is made through the
+clock's test hook, SHARDQ_TEST_CLOCK_OFFSET_FILE (an offset added to the system clock of the
+processes that read that file).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from dispatcher.keys import ALIVE_KEY
@@ -168,3 +172,62 @@ def test_one_members_clock_step_moves_no_shard(start_dispatcher, redis_url, tmp_
             wait_ticks(redis_url, "clock-b", 2)
             assert ownership() == before, f"after a {offset / 60000:+.0f} min step of clock-a"
             assert a.ready() and b.ready()
+
+
+@pytest.mark.parametrize("step_ms", [STEP_MS, -STEP_MS], ids=["forward", "backward"])
+def test_a_step_between_two_members_starts_leaves_their_steady_clocks_agreeing(
+    start_dispatcher, redis_url, tmp_path, step_ms
+):
+    """The host's wall clock steps by ten minutes between the starts of two dispatchers (both read
+    one clock offset: one host). Deadlines one writes the other compares, so their steady clocks
+    must still agree: each sees the other alive, the shards split between them and stay put, and
+    when one is killed the other takes its shards after the ownership TTL, not ten minutes late."""
+    clock = ClockOffset(tmp_path / "clock-offset")
+    db_url = f"sqlite:///{tmp_path}/shardq.sqlite3"
+    ttl_ms = 2000
+    a = start_dispatcher(
+        redis_url, db_url, dispatcher_id="early", ownership_ttl_ms=ttl_ms, test_clock_offset_file=clock.path
+    )
+    clock.set(step_ms)
+    b = start_dispatcher(
+        redis_url, db_url, dispatcher_id="late", ownership_ttl_ms=ttl_ms, test_clock_offset_file=clock.path
+    )
+    with Client(a.target, timeout=20) as client:
+
+        def ownership() -> dict[int, tuple[str, int]]:
+            return {s.shard: (s.owner, s.epoch) for s in client.shard_map().shards}
+
+        def split() -> dict[int, tuple[str, int]] | None:
+            owners = ownership()
+            return owners if {o for o, _ in owners.values()} == {"early", "late"} else None
+
+        wait_until(split, timeout=30, interval=0.2, message=lambda: f"shards never split: {ownership()}")
+        wait_ticks(redis_url, "early", 2)
+        wait_ticks(redis_url, "late", 2)
+        before = split()
+        # Each renews its membership at its own steady now plus the TTL: one clock, scores close.
+        apart_ms = abs(alive_score(redis_url, "early") - alive_score(redis_url, "late"))
+        assert apart_ms < ttl_ms, f"membership deadlines {apart_ms / 1000:.1f} s apart"
+        wait_ticks(redis_url, "early", 3)
+        wait_ticks(redis_url, "late", 3)
+        assert ownership() == before
+        # The late one's wall clock is the step away from Redis's: its run_at times are, too.
+        for member, apart in ((a, 0), (b, step_ms)):
+            [anchored] = [
+                json.loads(line)
+                for line in member.log_tail(100_000).splitlines()
+                if "steady clock anchored on redis time" in line
+            ]
+            assert abs(anchored["wall_clock_ahead_ms"] - apart) < 1000, anchored
+            assert anchored["level"] == ("warning" if apart else "info"), anchored
+
+        b.kill()
+        killed_at = time.monotonic()
+        wait_until(
+            lambda: {o for o, _ in ownership().values()} == {"early"},
+            timeout=30,
+            interval=0.2,
+            message=lambda: f"the killed member's shards were not taken over: {ownership()}",
+        )
+        took = time.monotonic() - killed_at
+        assert took < 20, f"its shards were taken over {took:.1f} s after the kill"

@@ -5,6 +5,7 @@ once, on time), and the schedule's counters (materialized / skipped)."""
 
 from __future__ import annotations
 
+import math
 import signal
 import subprocess
 import sys
@@ -304,6 +305,44 @@ def test_pause_edit_resume_and_delete_take_effect_at_the_next_tick(
         assert not [e for e in starts(ledger, "noop.ed") if e["t"] > deleted_at + 1.0]
     counts = Counter(e["job"] for e in starts(ledger, "noop.ed"))
     assert max(counts.values()) == 1
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+def test_a_schedule_deleted_and_created_again_under_its_name_misses_no_second(
+    dispatcher: DispatcherProcess, start_worker: Callable[..., WorkerProcess], ledger: Path, db_url: str
+) -> None:
+    """Deleted (its row gone, the occurrences it materialized ahead cancelled), then created again
+    1.5 s later under the same name: the new schedule's occurrences fall on the seconds the deleted
+    one had cancelled, and each of them is a new job that runs."""
+    start_worker(dispatcher.target, types="noop.again")
+    with Client(dispatcher.target) as client:
+        client.upsert_schedule(every_second("again", "noop.again"))
+        wait_until(
+            lambda: sum(at > time.time() * 1000 for _, at, _ in occurrences_in_db(db_url, "again")) >= 3
+        )
+        client.delete_schedule("again")
+        deleted_at = time.time()
+        wait_until(lambda: not query(db_url, "SELECT name FROM schedules WHERE name = 'again'"))
+        time.sleep(max(0.0, deleted_at + 1.5 - time.time()))
+        client.upsert_schedule(every_second("again", "noop.again"))
+        created_at = time.time()
+        cancelled_ahead = [
+            at
+            for _, at, s in occurrences_in_db(db_url, "again")
+            if s == "cancelled" and at > created_at * 1000
+        ]
+        assert cancelled_ahead, "the deleted schedule had nothing materialized past the new one's start"
+        wanted = range(math.ceil(created_at), math.ceil(created_at) + 8)
+        wait_until(
+            lambda: any(e["run_at"] >= wanted[-1] for e in starts(ledger, "noop.again")),
+            timeout=20,
+            message=lambda: f"no run at {wanted[-1]}: {dispatcher.log_tail(20)}",
+        )
+        client.pause_schedule("again")
+    runs = Counter(round(e["run_at"]) for e in starts(ledger, "noop.again") if e["run_at"] > created_at - 1)
+    missing = [second for second in wanted if second not in runs]
+    assert not missing, f"seconds without a run after the schedule was created again: {missing}"
+    assert max(runs.values()) == 1, [second for second, n in runs.items() if n > 1]
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
