@@ -15,7 +15,7 @@ from ._pb import shardq_pb2 as pb
 from .clock import steady_ms, wall_ms
 from .config import Settings
 from .coordinator import Coordinator
-from .errors import REDIS_DOWN, ConfigError, InvalidArgument, NotOwner
+from .errors import REDIS_ERRORS, ConfigError, InvalidArgument, NotOwner
 from .ingest import Ingestor
 from .keys import CLUSTER_KEY, DIRTY_KEY
 from .ownership import Ownership
@@ -23,6 +23,7 @@ from .peers import Peers
 from .promoter import Promoter
 from .reaper import Reaper
 from .reconciler import Reconciler
+from .redis_faults import note_redis_error
 from .scheduler import Scheduler
 from .sessions import RESULTS_GRACE_S, SessionRegistry, WorkerSession
 from .states import JobState, Priority
@@ -244,7 +245,8 @@ class Dispatcher:
                 )
         try:
             await self.redis.sadd(DIRTY_KEY, shard)
-        except REDIS_DOWN:
+        except REDIS_ERRORS as exc:
+            note_redis_error("hand_off", exc, shard=shard)
             self._needs_reconcile.add(shard)
         self.coordinator.wake()
 
@@ -267,9 +269,14 @@ class Dispatcher:
                         self.promoters[shard].wake()
                     self._needs_reconcile.discard(shard)
                 except NotOwner:
-                    await self.ownership.recover(shard, epoch)
-                except REDIS_DOWN:
-                    break  # Redis still down: try again next round
+                    try:
+                        await self.ownership.recover(shard, epoch)
+                    except REDIS_ERRORS as exc:
+                        note_redis_error("reconcile", exc, shard=shard)
+                        break
+                except REDIS_ERRORS as exc:
+                    note_redis_error("reconcile", exc, shard=shard)
+                    break  # try again next round
                 except Exception as exc:
                     log.warning("reconcile failed", shard=shard, error=str(exc))
                     break
@@ -368,8 +375,8 @@ class Dispatcher:
                 results = await self.working_set.return_leases(
                     shard, [(g.id, g.token, g.type, g.priority) for g in group]
                 )
-            except REDIS_DOWN as exc:
-                log.warning("unsent leases not returned: they expire", shard=shard, error=str(exc))
+            except REDIS_ERRORS as exc:
+                note_redis_error("return_unsent", exc, shard=shard)  # the leases expire instead
                 continue
             now = wall_ms()
             returned = [(g, t) for g, t in zip(group, results, strict=True) if t is not None]
@@ -389,7 +396,8 @@ class Dispatcher:
         for shard, pairs in by_shard.items():
             try:
                 await self.working_set.shorten(shard, until, pairs)
-            except REDIS_DOWN:
+            except REDIS_ERRORS as exc:
+                note_redis_error("release_leases", exc, shard=shard)
                 continue  # the full TTL still bounds them
             if shard in self.reapers:
                 self.reapers[shard].wake()

@@ -26,8 +26,9 @@ import structlog
 from shardmap import fallback_owner
 
 from .clock import steady_ms
-from .errors import REDIS_DOWN
+from .errors import REDIS_ERRORS
 from .keys import ALIVE_KEY, ASSIGNMENT_KEY, DIRTY_KEY, MEMBERS_KEY
+from .redis_faults import note_redis_error
 from .wakeup import Wakeup, cancelling
 
 if TYPE_CHECKING:
@@ -84,8 +85,8 @@ class Coordinator:
             await self.app.ownership.release(shard)
         try:
             await self.app.redis.zrem(ALIVE_KEY, self.me)
-        except REDIS_DOWN:
-            pass
+        except REDIS_ERRORS as exc:  # the membership lapses by itself
+            note_redis_error("coordinator", exc)
 
     async def run(self) -> None:
         while not self._stopping:
@@ -96,10 +97,10 @@ class Coordinator:
                 await self.refresh()
                 await self.place()
                 await self._reconcile_dirty()
-            except REDIS_DOWN as exc:
+            except REDIS_ERRORS as exc:
                 if cancelling():
                     raise
-                log.warning("coordinator: redis unavailable", error=str(exc))
+                note_redis_error("coordinator", exc)
             except Exception:
                 if cancelling():
                     raise

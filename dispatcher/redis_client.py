@@ -25,6 +25,15 @@ routed like the ``EVALSHA`` to the one master that serves the keys (and caching 
 on a cluster splits the queued commands per master and runs the parts concurrently, so one
 round trip per master, whatever slots the keys are in.
 
+Failover
+--------
+Behind an address that follows the master (Sentinel-managed DNS or virtual IP, a managed service's
+endpoint, a proxy), a failover can leave open connections on the old master, now a replica that
+answers every write with ``READONLY``. On a single server such a reply closes the connection and
+raises :class:`ReadOnlyReplica` (a ``ConnectionError``, as redis-py's own Sentinel client does):
+the command is retried on a new connection, which reaches the new master. A script refused with
+``READONLY`` wrote nothing, so running it again is safe.
+
 Both kinds of client use ``decode_responses=False``, TCP keepalive, a 5 s connect timeout, a 10 s
 read timeout and, on a single server, a ``PING`` health check of connections idle for 10 s.
 
@@ -63,6 +72,7 @@ from redis.exceptions import (
     ClusterDownError,
     ConnectionError,
     NoScriptError,
+    ReadOnlyError,
     RedisClusterException,
     SlotNotCoveredError,
 )
@@ -129,7 +139,8 @@ def connect(url: str, client_name: str | None = None) -> Any:
         retry=retry_policy(),
         client_name=client_name,  # CLIENT LIST shows which dispatcher a connection belongs to
     )
-    pool.connection_class = _with_c_packer(pool.connection_class)  # no connection exists yet
+    # No connection exists yet.
+    pool.connection_class = _following_the_master(_with_c_packer(pool.connection_class))
     return aioredis.Redis.from_pool(pool)  # closing the client closes the pool
 
 
@@ -149,12 +160,35 @@ def _with_c_packer(base: type[Any]) -> type[Any]:
     return type(f"CPacked{base.__name__}", (base,), {"pack_command": pack_command})
 
 
+class ReadOnlyReplica(ConnectionError):
+    """The server this connection reached is a read-only replica now (a failover demoted it)."""
+
+    redis_error_kind = "readonly"
+
+
+@cache
+def _following_the_master(base: type[Any]) -> type[Any]:
+    """The connection class, closing a connection whose server answered READONLY (see the module
+    docstring) so that the retry connects again, through the URL, to the current master."""
+
+    async def read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await base.read_response(self, *args, **kwargs)
+        except ReadOnlyError as exc:
+            await self.disconnect()
+            raise ReadOnlyReplica(f"the Redis server is a read-only replica now: {exc}") from exc
+
+    return type(f"MasterFollowing{base.__name__}", (base,), {"read_response": read_response})
+
+
 # -- Redis Cluster -----------------------------------------------------------------------------
 
 
 class ClusterUnavailable(ConnectionError):
     """The Redis Cluster cannot serve the command now (no node reachable, cluster down, slot not
     covered). A ``ConnectionError``, so it is handled like an unreachable single server."""
+
+    redis_error_kind = "clusterdown"
 
 
 def _unavailable(exc: BaseException) -> ClusterUnavailable:
