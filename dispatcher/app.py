@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -193,6 +193,10 @@ class Dispatcher:
         epoch = self.ownership.epochs.get(shard)
         if epoch is not None and await self.reconciler.reconcile(shard, epoch):
             self.promoters[shard].wake()
+
+    def reconcile_soon(self, shards: Iterable[int]) -> None:
+        """The reconcile loop restores these shards from the DB at its next round (within a second)."""
+        self._needs_reconcile.update(shards)
 
     async def cancel(self, job_id: str, shard: int, job_type: str, priority: int, db_status: str) -> str:
         """Cancel a job: one waiting never runs; a running one is told to stop and is not retried.

@@ -7,6 +7,7 @@ from redis.exceptions import (
     BusyLoadingError,
     ClusterDownError,
     MasterDownError,
+    NoScriptError,
     OutOfMemoryError,
     ReadOnlyError,
     RedisError,
@@ -97,6 +98,7 @@ TRANSIENT_REPLIES = frozenset(
         "TRYAGAIN",  # Redis Cluster: a slot is being migrated
         "CLUSTERDOWN",  # Redis Cluster: some slot is not served
         "UNBLOCKED",  # a blocked client was unblocked by a role change
+        "NOSCRIPT",  # after the reload: two connections reach servers with different script caches
     }
 )
 _REPLY_CLASSES: tuple[tuple[type[BaseException], str], ...] = (
@@ -106,6 +108,7 @@ _REPLY_CLASSES: tuple[tuple[type[BaseException], str], ...] = (
     (ClusterDownError, "CLUSTERDOWN"),
     (TryAgainError, "TRYAGAIN"),
     (BusyLoadingError, "LOADING"),
+    (NoScriptError, "NOSCRIPT"),
 )
 
 

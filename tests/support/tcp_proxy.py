@@ -42,6 +42,8 @@ class TcpProxy:
             self._call(self._stop())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.close()
 
     def __enter__(self) -> TcpProxy:
         return self.start()
