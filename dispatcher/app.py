@@ -15,7 +15,7 @@ from ._pb import shardq_pb2 as pb
 from .clock import steady_ms, wall_ms
 from .config import Settings
 from .coordinator import Coordinator
-from .errors import REDIS_ERRORS, ConfigError, InvalidArgument, NotOwner
+from .errors import REDIS_ERRORS, ConfigError, InvalidArgument, NotOwner, StoreUnavailable
 from .ingest import Ingestor
 from .keys import CLUSTER_KEY, DIRTY_KEY
 from .ownership import Ownership
@@ -144,7 +144,16 @@ class Dispatcher:
             )
 
     async def _on_acquired(self, shard: int, epoch: int) -> None:
-        await self.reconciler.reconcile(shard, epoch)
+        try:
+            await self.reconciler.reconcile(shard, epoch)
+        except (*REDIS_ERRORS, StoreUnavailable) as exc:
+            # The shard is ours now: its loops must run whatever happens here. The reconcile loop
+            # tries again within a second.
+            if not isinstance(exc, StoreUnavailable):
+                note_redis_error("reconcile", exc, shard=shard)
+            else:
+                log.warning("reconcile on acquisition failed; retrying", shard=shard, error=str(exc))
+            self._needs_reconcile.add(shard)
         tasks = self._shard_tasks.get(shard)
         if tasks and not any(t.done() for t in tasks):
             self.promoters[shard].wake()

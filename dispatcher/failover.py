@@ -18,8 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from redis.exceptions import NoPermissionError
+from redis.exceptions import ResponseError
 
+from .errors import redis_transient
 from .redis_client import ShardqRedisCluster
 
 log = structlog.get_logger("shardq.failover")
@@ -40,10 +41,11 @@ class MasterWatch:
             return False
         try:
             identity = await self._identity()
-        except NoPermissionError as exc:
-            log.warning(
-                "cannot read INFO (ACL): a failover to a lagging replica is not noticed", error=str(exc)
-            )
+        except ResponseError as exc:
+            if redis_transient(exc):
+                raise
+            # NOPERM, or a provider that renamed or disabled INFO.
+            log.warning("cannot read INFO: a failover to a lagging replica goes unnoticed", error=str(exc))
             self._enabled = False
             return False
         if identity is None:
