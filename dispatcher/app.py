@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -15,7 +15,7 @@ from ._pb import shardq_pb2 as pb
 from .clock import steady_ms, wall_ms
 from .config import Settings
 from .coordinator import Coordinator
-from .errors import REDIS_DOWN, ConfigError, InvalidArgument, NotOwner
+from .errors import REDIS_ERRORS, ConfigError, InvalidArgument, NotOwner, StoreUnavailable
 from .ingest import Ingestor
 from .keys import CLUSTER_KEY, DIRTY_KEY
 from .ownership import Ownership
@@ -23,6 +23,7 @@ from .peers import Peers
 from .promoter import Promoter
 from .reaper import Reaper
 from .reconciler import Reconciler
+from .redis_faults import note_redis_error
 from .scheduler import Scheduler
 from .sessions import RESULTS_GRACE_S, SessionRegistry, WorkerSession
 from .states import JobState, Priority
@@ -153,7 +154,16 @@ class Dispatcher:
             )
 
     async def _on_acquired(self, shard: int, epoch: int) -> None:
-        await self.reconciler.reconcile(shard, epoch)
+        try:
+            await self.reconciler.reconcile(shard, epoch)
+        except (*REDIS_ERRORS, StoreUnavailable) as exc:
+            # The shard is ours now: its loops must run whatever happens here. The reconcile loop
+            # tries again within a second.
+            if not isinstance(exc, StoreUnavailable):
+                note_redis_error("reconcile", exc, shard=shard)
+            else:
+                log.warning("reconcile on acquisition failed; retrying", shard=shard, error=str(exc))
+            self._needs_reconcile.add(shard)
         tasks = self._shard_tasks.get(shard)
         if tasks and not any(t.done() for t in tasks):
             self.promoters[shard].wake()
@@ -202,6 +212,10 @@ class Dispatcher:
         epoch = self.ownership.epochs.get(shard)
         if epoch is not None and await self.reconciler.reconcile(shard, epoch):
             self.promoters[shard].wake()
+
+    def reconcile_soon(self, shards: Iterable[int]) -> None:
+        """The reconcile loop restores these shards from the DB at its next round (within a second)."""
+        self._needs_reconcile.update(shards)
 
     async def cancel(self, job_id: str, shard: int, job_type: str, priority: int, db_status: str) -> str:
         """Cancel a job: one waiting never runs; a running one is told to stop and is not retried.
@@ -305,9 +319,14 @@ class Dispatcher:
                         self.promoters[shard].wake()
                     self._needs_reconcile.discard(shard)
                 except NotOwner:
-                    await self.ownership.recover(shard, epoch)
-                except REDIS_DOWN:
-                    break  # Redis still down: try again next round
+                    try:
+                        await self.ownership.recover(shard, epoch)
+                    except REDIS_ERRORS as exc:
+                        note_redis_error("reconcile", exc, shard=shard)
+                        break
+                except REDIS_ERRORS as exc:
+                    note_redis_error("reconcile", exc, shard=shard)
+                    break  # try again next round
                 except Exception as exc:
                     log.warning("reconcile failed", shard=shard, error=str(exc))
                     break
@@ -408,8 +427,8 @@ class Dispatcher:
                 results = await self.working_set.return_leases(
                     shard, [(g.id, g.token, g.type, g.priority) for g in group]
                 )
-            except REDIS_DOWN as exc:
-                log.warning("unsent leases not returned: they expire", shard=shard, error=str(exc))
+            except REDIS_ERRORS as exc:
+                note_redis_error("return_unsent", exc, shard=shard)  # the leases expire instead
                 continue
             now = wall_ms()
             returned = [(g, t) for g, t in zip(group, results, strict=True) if t is not None]
@@ -431,7 +450,8 @@ class Dispatcher:
         for shard, pairs in by_shard.items():
             try:
                 await self.working_set.shorten(shard, until, stream_id, pairs)
-            except REDIS_DOWN:
+            except REDIS_ERRORS as exc:
+                note_redis_error("release_leases", exc, shard=shard)
                 continue  # the full TTL still bounds them
             if shard in self.reapers:
                 self.reapers[shard].wake()

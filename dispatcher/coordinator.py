@@ -12,7 +12,9 @@ and every shard's owner, and then:
   at once); shards it should own are acquired once their holder released them or let
   the ownership lease lapse;
 * owned shards' ownership leases are renewed; shards flagged dirty (a hand-off of new
-  jobs to the owner failed) are reconciled from the DB.
+  jobs to the owner failed) are reconciled from the DB;
+* when another Redis master answers than at the last tick (a failover, a restart), every
+  owned shard is reconciled from the DB (failover.py).
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import structlog
 from shardmap import fallback_owner
 
 from .clock import steady_ms
-from .errors import REDIS_DOWN
+from .errors import REDIS_ERRORS
+from .failover import MasterWatch
 from .keys import ALIVE_KEY, ASSIGNMENT_KEY, DIRTY_KEY, MEMBERS_KEY
+from .redis_faults import note_redis_error
 from .wakeup import Wakeup, cancelling
 
 if TYPE_CHECKING:
@@ -57,6 +61,7 @@ class Coordinator:
         self.view = ClusterView()
         self._wake = Wakeup()
         self._stopping = False
+        self.master = MasterWatch(app.redis)
 
     @property
     def me(self) -> str:
@@ -73,6 +78,7 @@ class Coordinator:
     async def join(self) -> None:
         """Register, give peers that start at the same moment a tick to appear, take this process's shards."""
         await self._heartbeat()
+        await self.master.changed()  # the master the shards taken below are reconciled on
         await self.refresh()
         if set(self.view.members) - {self.me}:
             await asyncio.sleep(self.tick_s)
@@ -84,8 +90,8 @@ class Coordinator:
             await self.app.ownership.release(shard)
         try:
             await self.app.redis.zrem(ALIVE_KEY, self.me)
-        except REDIS_DOWN:
-            pass
+        except REDIS_ERRORS as exc:  # the membership lapses by itself
+            note_redis_error("coordinator", exc)
 
     async def run(self) -> None:
         while not self._stopping:
@@ -96,10 +102,11 @@ class Coordinator:
                 await self.refresh()
                 await self.place()
                 await self._reconcile_dirty()
-            except REDIS_DOWN as exc:
+                await self._after_failover()
+            except REDIS_ERRORS as exc:
                 if cancelling():
                     raise
-                log.warning("coordinator: redis unavailable", error=str(exc))
+                note_redis_error("coordinator", exc)
             except Exception:
                 if cancelling():
                     raise
@@ -162,6 +169,12 @@ class Coordinator:
                 acquired=[s for s in to_acquire if ownership.owns(s)],
                 owned=len(ownership.epochs),
             )
+
+    async def _after_failover(self) -> None:
+        if await self.master.changed():
+            owned = sorted(self.app.ownership.epochs)
+            log.warning("reconciling the owned shards on the new Redis master", shards=owned)
+            self.app.reconcile_soon(owned)
 
     async def _reconcile_dirty(self) -> None:
         dirty = {int(x) for x in await self.app.redis.smembers(DIRTY_KEY)}

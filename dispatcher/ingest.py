@@ -27,10 +27,11 @@ from shardmap import shard_for
 
 from . import failpoints, metrics
 from .clock import wall_ms
-from .errors import REDIS_DOWN, InvalidArgument, NotOwner, StoreUnavailable
+from .errors import REDIS_ERRORS, InvalidArgument, NotOwner, StoreUnavailable
 from .ids import new_job_ids
 from .ownership import Ownership
 from .records import JobRecord
+from .redis_faults import note_redis_error
 from .states import JobState, Priority
 from .store import JobRow, Store
 from .validation import ValidJob
@@ -309,12 +310,8 @@ class Ingestor:
                 else:
                     self.on_push_failed(shard)
                 return
-            except REDIS_DOWN as exc:
-                log.warning(
-                    "enqueue committed but Redis is unavailable; the reconciler will push it",
-                    shard=shard,
-                    jobs=len(jobs),
-                    error=str(exc),
-                )
+            except REDIS_ERRORS as exc:
+                # Committed, so not lost: the reconciler pushes them once Redis takes writes again.
+                note_redis_error("push", exc, shard=shard, jobs=len(jobs))
                 self.on_push_failed(shard)
                 return

@@ -16,8 +16,9 @@ from . import PROTOCOL_VERSION, __version__, auth, validation
 from ._pb import shardq_pb2 as pb
 from ._pb import shardq_pb2_grpc as pb_grpc
 from .clock import wall_ms
-from .errors import REDIS_DOWN, DispatcherError, InvalidArgument, NotFound
+from .errors import REDIS_ERRORS, DispatcherError, InvalidArgument, NotFound, redis_transient
 from .reconciler import record_from_row
+from .redis_faults import note_redis_error
 from .states import JobState
 from .store import DeadFilter, JobRow
 from .working_set import NewJob
@@ -50,8 +51,13 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             return await method(self, request, context)
         except DispatcherError as exc:
             await context.abort(exc.code, str(exc))
-        except REDIS_DOWN as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {exc}")
+        except REDIS_ERRORS as exc:
+            # Down, or refusing writes for now (READONLY, OOM, ...): worth retrying. Any other error
+            # reply is no outage: retrying would meet it again.
+            note_redis_error("rpc", exc, method=method.__name__)
+            if redis_transient(exc):
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {exc}")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the dispatcher log")
         except grpc.aio.AbortError:
             raise
         except Exception:

@@ -59,6 +59,14 @@ SCHEDULE_SKIPPED = Counter(
     "Missed schedule occurrences the catch-up policy did not run.",
     ["type"],
 )
+REDIS_ERRORS = Counter(
+    "shardq_redis_errors_total",
+    "Redis errors met and survived (the caller backs off and tries again), by where (a loop such as "
+    "promoter, reaper, lease, worker_stream, coordinator; or rpc) and kind: connection, timeout, a "
+    "transient error reply (readonly, oom, misconf, noreplicas, busy, loading, masterdown, tryagain, "
+    "clusterdown) or other (an error reply that is no outage, most likely a bug: logged as an error).",
+    ["loop", "kind"],
+)
 RESTORED = Counter("shardq_reconciler_restored_total", "Jobs the reconciler put back into Redis from the DB.")
 ENQUEUE_TO_START = Histogram(
     "shardq_enqueue_to_start_seconds",

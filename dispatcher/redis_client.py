@@ -25,6 +25,18 @@ routed like the ``EVALSHA`` to the one master that serves the keys (and caching 
 on a cluster splits the queued commands per master and runs the parts concurrently, so one
 round trip per master, whatever slots the keys are in.
 
+Failover
+--------
+Behind an address that follows the master (Sentinel-managed DNS or virtual IP, a managed service's
+endpoint, a proxy), a failover can leave open connections on the old master, now a replica that
+answers every write with ``READONLY``, and answers reads (and scripts that end up writing nothing,
+such as an ack with a token it has never seen) from its stale data. On a single server a
+``READONLY`` reply closes every connection of the client, since all of them may reach the demoted
+server, and raises :class:`ReadOnlyReplica` (a ``ConnectionError``, as redis-py's own Sentinel
+client does): the command is retried on a new connection, which reaches the new master. A script
+refused with ``READONLY`` wrote nothing, so running it again is safe. The coordinator's failover
+watch (failover.py) closes them too when it sees another master, or a replica, answer.
+
 Both kinds of client use ``decode_responses=False``, TCP keepalive, a 5 s connect timeout, a 10 s
 read timeout and, on a single server, a ``PING`` health check of connections idle for 10 s.
 
@@ -47,6 +59,7 @@ the caller's request (such as keys of different slots in one script) are raised 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from typing import Any, cast
@@ -63,6 +76,7 @@ from redis.exceptions import (
     ClusterDownError,
     ConnectionError,
     NoScriptError,
+    ReadOnlyError,
     RedisClusterException,
     SlotNotCoveredError,
 )
@@ -130,7 +144,8 @@ def connect(url: str, client_name: str | None = None) -> Any:
         retry=retry_policy(),
         client_name=client_name,  # CLIENT LIST shows which dispatcher a connection belongs to
     )
-    pool.connection_class = _with_c_packer(pool.connection_class)  # no connection exists yet
+    # No connection exists yet.
+    pool.connection_class = _following_the_master(_with_c_packer(pool.connection_class), pool)
     return aioredis.Redis.from_pool(pool)  # closing the client closes the pool
 
 
@@ -150,12 +165,37 @@ def _with_c_packer(base: type[Any]) -> type[Any]:
     return type(f"CPacked{base.__name__}", (base,), {"pack_command": pack_command})
 
 
+class ReadOnlyReplica(ConnectionError):
+    """The server this connection reached is a read-only replica now (a failover demoted it)."""
+
+    redis_error_kind = "readonly"
+
+
+def _following_the_master(base: type[Any], pool: Any) -> type[Any]:
+    """The connection class, closing every connection of ``pool`` when one's server answers
+    READONLY (see the module docstring), so that the retry connects again, through the URL, to the
+    current master."""
+    pool_ref = weakref.ref(pool)
+
+    async def read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await base.read_response(self, *args, **kwargs)
+        except ReadOnlyError as exc:
+            owner = pool_ref()
+            await (owner.disconnect() if owner is not None else self.disconnect())
+            raise ReadOnlyReplica(f"the Redis server is a read-only replica now: {exc}") from exc
+
+    return type(f"MasterFollowing{base.__name__}", (base,), {"read_response": read_response})
+
+
 # -- Redis Cluster -----------------------------------------------------------------------------
 
 
 class ClusterUnavailable(ConnectionError):
     """The Redis Cluster cannot serve the command now (no node reachable, cluster down, slot not
     covered). A ``ConnectionError``, so it is handled like an unreachable single server."""
+
+    redis_error_kind = "clusterdown"
 
 
 def _unavailable(exc: BaseException) -> ClusterUnavailable:

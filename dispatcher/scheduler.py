@@ -26,9 +26,10 @@ from ._pb import shardq_pb2 as pb
 from .catch_up import CatchUp, plan_tick
 from .clock import wall_ms
 from .cron import Cron
-from .errors import REDIS_DOWN, StoreUnavailable
+from .errors import REDIS_ERRORS, StoreUnavailable
 from .ids import occurrence_job_id
 from .records import JobRecord
+from .redis_faults import note_redis_error
 from .schedule_spec import log_change, schedule_spec
 from .states import JobState, Priority
 from .store import Advance, JobRow, ScheduleRow
@@ -56,10 +57,14 @@ class Scheduler:
             behind = False
             try:
                 behind = await self.tick()
-            except (StoreUnavailable, *REDIS_DOWN) as exc:
+            except StoreUnavailable as exc:
                 if cancelling():
                     raise
                 log.warning("schedule tick failed; trying again next tick", error=str(exc))
+            except REDIS_ERRORS as exc:
+                if cancelling():
+                    raise
+                note_redis_error("scheduler", exc)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -15,9 +15,10 @@ from shardmap import shard_for
 
 from ._pb import shardq_pb2 as pb
 from .clock import steady_ms, wall_ms, wall_ms_exact
-from .errors import REDIS_DOWN, DispatcherError, NotOwner
+from .errors import REDIS_ERRORS, DispatcherError, NotOwner, StoreUnavailable
 from .fairness import FairPicker
 from .precise_timer import precise_timer
+from .redis_faults import note_redis_error
 from .states import Priority
 from .status_writer import LEASE_WRITE_DELAY_MS, lease_update
 from .validation import priority_to_pb
@@ -37,6 +38,9 @@ RESULTS_GRACE_S = 3.0
 # A lease granted before its job's run_at is sent at run_at by the precise timer (wall clock), and at
 # the latest this long after the wait planned, by the loop's own clock, should the wall clock step back.
 UNSENT_SLACK_S = 0.05
+# After a lease call failed on a Redis error the session waits this long, doubling up to the cap.
+LEASE_BACKOFF_S = 0.2
+LEASE_BACKOFF_CAP_S = 2.0
 
 
 class WorkerSession:
@@ -70,6 +74,7 @@ class WorkerSession:
         for t in job_types:
             self.types_by_shard[shard_for(t, app.settings.shard_count)].append(t)
         self._rotation = 0
+        self._lease_backoff = LEASE_BACKOFF_S
         self.log = log.bind(worker=worker_id, peer=peer)
 
     def send(self, message: pb.DispatcherMessage) -> None:
@@ -192,22 +197,28 @@ class WorkerSession:
         if epoch is None:
             return 0, picks  # moved away since the round began
         try:
-            grants, unfilled = await self.app.working_set.lease(
-                shard,
-                epoch,
-                steady_ms(),
-                self.types_by_shard[shard],
-                picks,
-                fallback=fallback,
-                holder=self.stream_id,
-            )
-        except NotOwner:
-            await self.app.ownership.recover(shard, epoch)
+            try:
+                grants, unfilled = await self.app.working_set.lease(
+                    shard,
+                    epoch,
+                    steady_ms(),
+                    self.types_by_shard[shard],
+                    picks,
+                    fallback=fallback,
+                    holder=self.stream_id,
+                )
+            except NotOwner:
+                await self.app.ownership.recover(shard, epoch)
+                return 0, picks
+        except (*REDIS_ERRORS, StoreUnavailable) as exc:
+            if isinstance(exc, StoreUnavailable):  # recovering the shard takes a new epoch from the DB
+                self.log.warning("lease: database unavailable", shard=shard, error=str(exc))
+            else:
+                note_redis_error("lease", exc, shard=shard, worker=self.worker_id)
+            await asyncio.sleep(self._lease_backoff)
+            self._lease_backoff = min(self._lease_backoff * 2, LEASE_BACKOFF_CAP_S)
             return 0, picks
-        except REDIS_DOWN as exc:
-            self.log.warning("lease: redis unavailable", shard=shard, error=str(exc))
-            await asyncio.sleep(0.2)
-            return 0, picks
+        self._lease_backoff = LEASE_BACKOFF_S
         if not grants:
             return 0, unfilled
         if self.closed:

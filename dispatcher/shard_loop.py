@@ -1,5 +1,6 @@
 """The loop shape every per-shard background task shares: run one step under the shard's epoch,
-recover or stop when the epoch is refused, back off while Redis is down, sleep until woken."""
+recover or stop when the epoch is refused, back off on any Redis error (down, or refusing writes),
+sleep until woken."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from .errors import REDIS_DOWN, NotOwner
+from .errors import REDIS_ERRORS, NotOwner, StoreUnavailable
 from .ownership import Ownership
+from .redis_faults import note_redis_error
 from .wakeup import Wakeup, cancelling
 
 log = structlog.get_logger("shardq.shard_loop")
+MAX_BACKOFF_S = 2.0
 
 
 async def run_shard_loop(
@@ -26,18 +29,25 @@ async def run_shard_loop(
             return  # the shard moved; its new owner runs this loop now
         wake.clear()  # before looking, so a wake-up during the step is not lost
         try:
-            sleep_s = await step(epoch)
+            try:
+                sleep_s = await step(epoch)
+            except NotOwner:
+                # Recovery talks to Redis too (and reconciles the shard when it was lost).
+                if not await ownership.recover(shard, epoch):
+                    return
+                continue
             backoff = 0.05
-        except NotOwner:
-            if not await ownership.recover(shard, epoch):
-                return
-            continue
-        except REDIS_DOWN as exc:
+        except REDIS_ERRORS as exc:
             if cancelling():
                 raise
-            log.warning("redis unavailable", loop=name, shard=shard, error=str(exc))
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
+            note_redis_error(name, exc, shard=shard)
+        except StoreUnavailable as exc:  # recovering the shard takes a new epoch from the DB
+            if cancelling():
+                raise
+            log.warning("database unavailable", loop=name, shard=shard, error=str(exc))
+        else:
+            if sleep_s > 0:
+                await wake.wait(sleep_s)
             continue
-        if sleep_s > 0:
-            await wake.wait(sleep_s)
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, MAX_BACKOFF_S)

@@ -21,7 +21,8 @@ import structlog
 
 from . import failpoints
 from .clock import steady_ms
-from .errors import StoreUnavailable
+from .errors import REDIS_ERRORS, StoreUnavailable
+from .redis_faults import note_redis_error
 from .states import JobState
 from .store import Store, StoreUpdate
 from .wakeup import Wakeup, cancelling
@@ -269,9 +270,12 @@ class StatusWriter:
             try:
                 for chunk in _chunks(sorted(ids), 1000):
                     await self.working_set.forget(shard, chunk)
-            except Exception as exc:  # Redis down: a finished record left behind is harmless; retry later
+            except Exception as exc:  # a finished record left behind is harmless; retry later
                 self._unforgotten[shard] |= ids
-                log.debug("forget failed", shard=shard, error=str(exc))
+                if isinstance(exc, REDIS_ERRORS):
+                    note_redis_error("forget", exc, shard=shard)
+                else:
+                    log.exception("forget failed", shard=shard)
 
 
 def _chunks(items: list[str], size: int) -> list[list[str]]:

@@ -14,7 +14,8 @@ from . import PROTOCOL_VERSION, auth, validation
 from ._pb import shardq_pb2 as pb
 from ._pb import shardq_pb2_grpc as pb_grpc
 from .clock import steady_ms, wall_ms
-from .errors import REDIS_DOWN, DispatcherError, InvalidArgument, Unavailable
+from .errors import REDIS_ERRORS, DispatcherError, InvalidArgument, Unavailable
+from .redis_faults import note_redis_error
 from .sessions import RESULTS_GRACE_S, WorkerSession
 from .status_writer import transition_update
 from .working_set import NackSpec
@@ -49,6 +50,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             session = await self._open(first, context.peer())
         except DispatcherError as exc:
             await context.abort(exc.code, str(exc))
+        except REDIS_ERRORS as exc:  # reclaiming the held leases failed: the worker tries again
+            note_redis_error("worker_stream", exc)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {exc}")
         reader = asyncio.create_task(self._read(session, requests), name=f"read-{session.worker_id}")
         pump = asyncio.create_task(session.pump(), name=f"pump-{session.worker_id}")
         try:
@@ -109,7 +113,12 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             )
         )
         if refs:
-            await self._extend(session, refs, reclaim=True)
+            try:
+                await self._extend(session, refs, reclaim=True)
+            except BaseException:
+                session.close()
+                self.app.sessions.remove(session)
+                raise
         session.log.info(
             "worker connected", types=types, concurrency=hello.concurrency, reclaimed=len(session.held)
         )
@@ -146,11 +155,16 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         except DispatcherError as exc:
             session.log.warning("closing worker stream", error=str(exc))
             session.error = exc
-        except REDIS_DOWN as exc:
-            session.log.warning("closing worker stream: redis unavailable", error=str(exc))
+        except REDIS_ERRORS as exc:
+            # Whatever the error (an outage, or a reply that is no outage), the worker's way on is a
+            # new stream, where it reclaims the leases it holds.
+            note_redis_error("worker_stream", exc, worker=session.worker_id)
             session.error = Unavailable(f"redis unavailable: {exc}")
         except (asyncio.CancelledError, grpc.aio.AioRpcError):
             pass
+        except Exception as exc:
+            session.log.exception("closing worker stream: reading it failed")
+            session.error = DispatcherError(f"internal error: {type(exc).__name__}")
         session.close()
 
     async def _extend(
