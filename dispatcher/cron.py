@@ -88,11 +88,13 @@ def normalize(expression: str) -> str:
     if _HASH_OR_RANDOM.search(text.upper()):
         # croniter's H (hash) and R (random) would give each process its own occurrences.
         raise CronError(f"cron expression {text[:60]!r}: the H and R extensions are not supported")
-    try:
-        for arm in croniter_arms(text):
+    for arm in croniter_arms(text):
+        try:
             croniter(arm, _EPOCH, second_at_beginning=len(fields) == 6, day_or=False)
-    except (CroniterError, ValueError, KeyError) as exc:
-        raise CronError(f"bad cron expression {text[:60]!r}: {exc}") from None
+        except (CroniterError, ValueError, KeyError) as exc:
+            # croniter quotes the arm it was given; the user wrote the whole expression
+            problem = re.sub(re.escape(f"[{arm}]"), f"[{text}]", str(exc), flags=re.IGNORECASE)
+            raise CronError(f"bad cron expression {text[:60]!r}: {problem}") from None
     return text
 
 
