@@ -4,6 +4,13 @@ Syntax: standard 5 fields (minute hour day-of-month month day-of-week), or 6 wit
 seconds field (as Quartz, Spring and BullMQ write it), or an alias (@yearly, @annually, @monthly,
 @weekly, @daily, @midnight, @hourly). Matching uses croniter on local wall-clock time.
 
+Days, the rule of Vixie cron and cronie: when the day-of-month and the day-of-week fields are both
+restricted, a day matching either field runs; when either begins with ``*`` (``*``, ``*/2``) or is
+``?``, a day must match both. ``L``, ``nL`` (the last weekday n of the month) and ``n#k`` (its k-th)
+are day values like any other under this rule, and an equal range (``5-5``) is that one value.
+croniter decides neither the same way, so the expression is cut into arms, each with at most one
+restricted day field or with days that must match both, and the arms' times are merged.
+
 Daylight-saving time, the rule of Vixie cron (the cron of most Unix systems):
 - A *fixed-time* schedule (its hour field names hours, e.g. ``30 2 * * *``) runs once per
   matching local time. When that time does not exist (spring forward) it runs at the instant the
@@ -43,6 +50,10 @@ NEVER_FIRES_YEARS = 5  # an expression with no occurrence this far ahead is refu
 _UTC = UTC
 _HASH_OR_RANDOM = re.compile(r"(?<![A-Z])[HR](?![A-Z])")
 _EPOCH = datetime(1970, 1, 1)  # noqa: DTZ001 - naive on purpose: local and UTC wall times
+_WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+_LAST_WEEKDAY = re.compile(r"([0-7]|SUN|MON|TUE|WED|THU|FRI|SAT)L", re.IGNORECASE)
+_EQUAL_RANGE = re.compile(r"(\w+)-\1(/\d+)?", re.IGNORECASE)
+_UNRESTRICTED_DAYS = ("*", "?")
 
 
 class CronError(ValueError):
@@ -77,11 +88,47 @@ def normalize(expression: str) -> str:
     if _HASH_OR_RANDOM.search(text.upper()):
         # croniter's H (hash) and R (random) would give each process its own occurrences.
         raise CronError(f"cron expression {text[:60]!r}: the H and R extensions are not supported")
-    try:
-        croniter(text, _EPOCH, second_at_beginning=len(fields) == 6)
-    except (CroniterError, ValueError, KeyError) as exc:
-        raise CronError(f"bad cron expression {text[:60]!r}: {exc}") from None
+    for arm in croniter_arms(text):
+        try:
+            croniter(arm, _EPOCH, second_at_beginning=len(fields) == 6, day_or=False)
+        except (CroniterError, ValueError, KeyError) as exc:
+            # croniter quotes the arm it was given; the user wrote the whole expression
+            problem = re.sub(re.escape(f"[{arm}]"), f"[{text}]", str(exc), flags=re.IGNORECASE)
+            raise CronError(f"bad cron expression {text[:60]!r}: {problem}") from None
     return text
+
+
+def croniter_arms(expression: str) -> list[str]:
+    """croniter expressions whose times together are the 5- or 6-field `expression`'s, under Vixie
+    cron's day rule (see the module docstring); croniter matches each with day_or=False."""
+    fields = [",".join(_vixie_term(term) for term in field.split(",")) for field in expression.split(" ")]
+    dom_at = 3 if len(fields) == 6 else 2
+    dow_at = dom_at + 2
+    dom, dow = fields[dom_at], fields[dow_at]
+    # croniter refuses plain weekdays and nth weekdays in one field: a day matching either runs, so
+    # each kind gets an arm of its own.
+    dow_terms = dow.split(",")
+    nth = [t for t in dow_terms if "#" in t or t.upper().startswith("L")]
+    dow_parts = [",".join(part) for part in ([t for t in dow_terms if t not in nth], nth) if part]
+    if dom.startswith(_UNRESTRICTED_DAYS) or dow.startswith(_UNRESTRICTED_DAYS):
+        days = [(dom, part) for part in dow_parts]  # a day must match both fields
+    else:
+        days = [(dom, "*")] + [("*", part) for part in dow_parts]  # a day matching either runs
+    arms = []
+    for dom_field, dow_field in days:
+        fields[dom_at], fields[dow_at] = dom_field, dow_field
+        arms.append(" ".join(fields))
+    return arms
+
+
+def _vixie_term(term: str) -> str:
+    """One list term of a field in croniter's spelling of its Vixie meaning."""
+    if _EQUAL_RANGE.fullmatch(term):  # croniter reads "5-5" as the whole cycle
+        return term.split("-", 1)[0]
+    if last := _LAST_WEEKDAY.fullmatch(term):  # the last weekday n of the month: croniter writes "Ln"
+        day = last.group(1).upper()
+        return f"L{_WEEKDAYS.index(day) if day in _WEEKDAYS else int(day) % 7}"
+    return term
 
 
 @dataclass(frozen=True)
@@ -105,6 +152,10 @@ class Cron:
     @cached_property
     def has_seconds(self) -> bool:
         return len(self.expression.split(" ")) == 6
+
+    @cached_property
+    def arms(self) -> list[str]:
+        return croniter_arms(self.expression)
 
     @cached_property
     def is_interval(self) -> bool:
@@ -136,14 +187,9 @@ class Cron:
         # smallest nearby offset can run after `after`: start there.
         low, _ = self._offset_bounds(after_ms)
         start_local = _EPOCH + timedelta(milliseconds=after_ms) + low
-        it = croniter(self.expression, start_local, second_at_beginning=self.has_seconds)
         heap: list[int] = []
         last = after_ms
-        while True:
-            try:
-                local = it.get_next(datetime)
-            except CroniterBadDateError:  # no further match (e.g. 30 February)
-                break
+        for local in self._local_times(start_local):
             for instant in self._resolve(local):
                 if instant > after_ms:
                     heapq.heappush(heap, instant)
@@ -154,6 +200,22 @@ class Cron:
                     last = instant
                     yield instant
         yield from sorted(i for i in set(heap) if i > last)
+
+    def _local_times(self, start_local: datetime) -> Iterator[datetime]:
+        """Every matching local wall-clock time after `start_local`, ascending, each once."""
+        previous = None
+        for local in heapq.merge(*(self._arm_times(arm, start_local) for arm in self.arms)):
+            if local != previous:  # a day can match several arms
+                previous = local
+                yield local
+
+    def _arm_times(self, arm: str, start_local: datetime) -> Iterator[datetime]:
+        it = croniter(arm, start_local, second_at_beginning=self.has_seconds, day_or=False)
+        while True:
+            try:
+                yield it.get_next(datetime)
+            except CroniterBadDateError:  # no further match (e.g. 30 February)
+                return
 
     def _resolve(self, local: datetime) -> list[int]:
         """The instants at which the local wall-clock time `local` runs (see the module's rule)."""
