@@ -45,6 +45,10 @@ _REFUSALS = (
 )
 
 
+class _TimedOut(Exception):
+    """The handler ran past ``job_timeout``."""
+
+
 @dataclass
 class _Running:
     ref: pb.LeaseRef
@@ -603,7 +607,7 @@ class Worker:
                 outcome.retry_delay_ms = max(0, int(exc.delay * 1000))
         except SkipRetry as exc:
             outcome = pb.Nack(lease=running.ref, error=_describe(exc), retryable=False)
-        except TimeoutError:
+        except _TimedOut:
             outcome = pb.Nack(
                 lease=running.ref, error=f"timed out after {self.job_timeout} s", retryable=True
             )
@@ -658,12 +662,23 @@ class Worker:
         if not self._is_async[ctx.type]:
             return await self._invoke_in_thread(handler, ctx)
         try:
-            if self.job_timeout is None:
-                return await handler(ctx)
-            async with asyncio.timeout(self.job_timeout):
-                return await handler(ctx)
-        except (TimeoutError, asyncio.CancelledError):
+            return await self._within_budget(handler(ctx))
+        except (_TimedOut, asyncio.CancelledError):
             ctx._cancel()
+            raise
+
+    async def _within_budget(self, handler_call: Awaitable[Any]) -> Any:
+        """Await a handler for at most ``job_timeout``. A ``TimeoutError`` the handler raises itself
+        (a socket's, say) is its own failure, reported with its traceback."""
+        if self.job_timeout is None:
+            return await handler_call
+        budget = asyncio.timeout(self.job_timeout)
+        try:
+            async with budget:
+                return await handler_call
+        except TimeoutError:
+            if budget.expired():
+                raise _TimedOut from None
             raise
 
     async def _invoke_in_thread(self, handler: Handler, ctx: JobContext) -> Any:
@@ -678,16 +693,12 @@ class Worker:
         try:
             # The budget is the handler's own running time, not its wait for a thread.
             await began
-            done = asyncio.wrap_future(call)
-            if self.job_timeout is None:
-                return await done
-            async with asyncio.timeout(self.job_timeout):
-                return await done
-        except (TimeoutError, asyncio.CancelledError) as exc:
+            return await self._within_budget(asyncio.wrap_future(call))
+        except (_TimedOut, asyncio.CancelledError) as exc:
             ctx._cancel()
             # A thread cannot be interrupted: one already running stays held until the handler returns.
             if not call.cancel() and not call.done():
-                self._hold_thread(call, ctx, timed_out=isinstance(exc, TimeoutError))
+                self._hold_thread(call, ctx, timed_out=isinstance(exc, _TimedOut))
             raise
 
     def _hold_thread(self, call: Future[Any], ctx: JobContext, timed_out: bool) -> None:

@@ -198,7 +198,7 @@ async def test_handlers_stuck_past_their_timeout_hold_no_job_hostage(dispatcher)
 
 async def test_a_sync_handler_that_waits_on_cancelled_returns_at_its_timeout(dispatcher):
     """The timeout sets ctx.cancelled and wakes ctx.wait_cancelled(): a handler that waits on it gives
-    its thread back at once, and the next job runs in it. The budget counts from the handler's start."""
+    its thread back at once, and the next job runs in it."""
     job_timeout = 0.5
     observed: dict[str, float] = {}
 
@@ -209,10 +209,13 @@ async def test_a_sync_handler_that_waits_on_cancelled_returns_at_its_timeout(dis
             observed["cancelled_after"] = time.monotonic() - began
             observed["flag"] = ctx.cancelled
 
+    def own_timeout(ctx: JobContext) -> None:
+        raise TimeoutError("socket read timed out")
+
     client = AsyncClient(dispatcher.target)
     try:
         async with serve(
-            {"coop": cooperative, "ordinary": lambda ctx: None},
+            {"coop": cooperative, "ordinary": lambda ctx: None, "own_timeout": own_timeout},
             target=dispatcher.target,
             concurrency=1,
             job_timeout=job_timeout,
@@ -226,6 +229,11 @@ async def test_a_sync_handler_that_waits_on_cancelled_returns_at_its_timeout(dis
             assert (await client.get_job(after)).attempts == 1
             assert observed["flag"] is True
             assert job_timeout <= observed["cancelled_after"] < job_timeout + 2.0
+
+            # A TimeoutError of the handler's own is its failure, not the worker's timeout.
+            failed = await client.enqueue("own_timeout", None, max_attempts=1)
+            await wait_for(lambda: _status(client, failed, "dead"), timeout=15)
+            assert "socket read timed out" in (await client.get_job(failed)).last_error
             await wait_for(lambda: worker.stuck_threads == 0)
     finally:
         await client.close()
