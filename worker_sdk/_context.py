@@ -18,10 +18,11 @@ class JobContext:
     is over. An async handler is also cancelled (``CancelledError`` at its next ``await``). A plain
     (sync) handler cannot be interrupted from outside its thread: it must check :attr:`cancelled`
     between steps, or wait with :meth:`wait_cancelled` instead of ``time.sleep``, and return (or
-    raise) when it is set. Its outcome is decided at the timeout, not when it returns. Blocking
-    calls it makes should carry their own timeouts shorter than ``job_timeout`` (a socket timeout,
-    a database statement timeout): a handler that blocks past its timeout keeps its thread, and a
-    worker whose threads are all held that way runs nothing until one returns.
+    raise) when it is set; past ``job_timeout`` the job is nacked at the timeout, whatever the
+    handler returns later. Blocking calls it makes should carry their own timeouts shorter than
+    ``job_timeout`` (a socket timeout, a database statement timeout): a handler that blocks past
+    its timeout keeps its thread, and a worker whose threads are all held that way runs nothing
+    until one returns.
     """
 
     #: The job's id (stable across attempts).

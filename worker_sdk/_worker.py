@@ -234,7 +234,7 @@ class Worker:
             if self.stuck_threads:
                 # Python joins the pool's threads at exit: only the handlers' return ends the process.
                 self.log.warning(
-                    "handlers past their timeout still hold threads; the process exits when they return",
+                    "abandoned handlers still hold threads; the process exits when they return",
                     stuck_threads=self.stuck_threads,
                 )
         if self.refused is not None:
