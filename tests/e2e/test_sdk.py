@@ -190,7 +190,7 @@ async def test_handlers_stuck_past_their_timeout_hold_no_job_hostage(dispatcher)
                 jobs = [await client.get_job(i) for i in ids]
                 assert [(j.attempts, j.failures) for j in jobs] == [(1, 0)] * 10
                 assert ordinary_runs == Counter({i: 1 for i in ids})
-                assert worker.stuck_threads == 0
+                await wait_for(lambda: worker.stuck_threads == 0)
     finally:
         release.set()
         await client.close()
@@ -228,7 +228,8 @@ async def test_a_sync_handler_that_waits_on_cancelled_returns_at_its_timeout(dis
             await wait_for(lambda: _status(client, after, "succeeded"), timeout=15)
             assert (await client.get_job(after)).attempts == 1
             assert observed["flag"] is True
-            assert job_timeout <= observed["cancelled_after"] < job_timeout + 2.0
+            # From the handler's own clock: its thread may start it a moment after the budget began.
+            assert job_timeout - 0.1 <= observed["cancelled_after"] < job_timeout + 2.0
 
             # A TimeoutError of the handler's own is its failure, not the worker's timeout.
             failed = await client.enqueue("own_timeout", None, max_attempts=1)

@@ -15,7 +15,7 @@ from worker_sdk import JobContext, Worker
 
 ADDRESS = "127.0.0.1:9"  # nothing answers: the links keep retrying, the test never writes to them
 RUNS_FOR = 1.0
-JOB_TIMEOUT = 1.6  # more than one run, less than a wait for a thread plus a run
+JOB_TIMEOUT = 1.9  # more than one run, less than a wait for a thread plus a run
 
 
 @pytest.fixture
