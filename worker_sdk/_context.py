@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -10,7 +11,19 @@ from typing import Any
 
 @dataclass(slots=True)
 class JobContext:
-    """One execution of one job. Handlers must be idempotent: delivery is at-least-once."""
+    """One execution of one job. Handlers must be idempotent: delivery is at-least-once.
+
+    The worker asks a job to stop by setting :attr:`cancelled`: when the job is cancelled, when its
+    lease is lost, when it runs past the worker's ``job_timeout``, and at shutdown once the grace
+    is over. An async handler is also cancelled (``CancelledError`` at its next ``await``). A plain
+    (sync) handler cannot be interrupted from outside its thread: it must check :attr:`cancelled`
+    between steps, or wait with :meth:`wait_cancelled` instead of ``time.sleep``, and return (or
+    raise) when it is set; past ``job_timeout`` the job is nacked at the timeout, whatever the
+    handler returns later. Blocking calls it makes should carry their own timeouts shorter than
+    ``job_timeout`` (a socket timeout, a database statement timeout): a handler that blocks past
+    its timeout keeps its thread, and a worker whose threads are all held that way runs nothing
+    until one returns.
+    """
 
     #: The job's id (stable across attempts).
     job_id: str
@@ -32,8 +45,8 @@ class JobContext:
     #: The lease token: part of the fencing the dispatcher checks on ack.
     token: str
     shard: int
-    # A plain flag: nothing waits on it, a sync handler polls it from its thread.
-    _cancelled: bool = field(default=False, repr=False)
+    # Set from the event loop, read and waited on from the handler's thread.
+    _cancel_event: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     @property
     def deadline(self) -> datetime:
@@ -50,8 +63,19 @@ class JobContext:
 
     @property
     def cancelled(self) -> bool:
-        """True once the job was cancelled, or its lease was lost: a sync handler should stop early."""
-        return self._cancelled
+        """True once the worker asked the job to stop (cancelled, lease lost, past ``job_timeout``,
+        shut down): a sync handler should stop early."""
+        return self._cancel_event.is_set()
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Block until :attr:`cancelled` is set or ``timeout`` seconds pass; return :attr:`cancelled`.
+
+        For sync handlers: ``ctx.wait_cancelled(5)`` in place of ``time.sleep(5)`` pauses and stops
+        at once when the job should. Do not call it from an async handler (it blocks the loop)."""
+        return self._cancel_event.wait(timeout)
+
+    def _cancel(self) -> None:
+        self._cancel_event.set()
 
 
 def ms_to_datetime(ms: int) -> datetime:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import os
@@ -12,7 +13,7 @@ import socket
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,10 @@ _REFUSALS = (
     grpc.StatusCode.UNAUTHENTICATED,
     grpc.StatusCode.PERMISSION_DENIED,
 )
+
+
+class _TimedOut(Exception):
+    """The handler ran past ``job_timeout``."""
 
 
 @dataclass
@@ -91,14 +96,25 @@ class Worker:
             can encode, stored as the job's result); raise to nack: :class:`Retry` for a chosen delay,
             :class:`SkipRetry` to dead-letter at once, any other exception to retry with backoff.
         target: dispatcher address; default ``SHARDQ_TARGET`` or 127.0.0.1:7070.
-        concurrency: most jobs running at once (and leases held).
-        job_timeout: seconds a handler may run before it is abandoned and the job retried (None: no limit).
+        concurrency: most jobs running at once (and leases held); plain handlers share a pool of this
+            many threads.
+        job_timeout: seconds a handler may run, counted from its start, before the job is nacked as
+            timed out (retried while attempts are left) and :attr:`JobContext.cancelled` is set
+            (None: no limit). An async handler is cancelled then. A plain handler cannot be stopped
+            from outside: it keeps its thread until it returns, and until then the worker counts
+            that thread as stuck (:attr:`stuck_threads`) and takes one lease fewer. See
+            :class:`JobContext` for how a plain handler stops in time.
         shutdown_grace: seconds in-flight jobs get to finish on shutdown; what is left is nacked (retryable).
         worker_id: stable id for this process, reused across reconnects so leases are reclaimed.
         token, tls, tls_ca, tls_cert, tls_key, tls_server_name: how to reach the dispatchers, as for
             :class:`Client` (defaults from SHARDQ_TOKEN and SHARDQ_TLS*). The same settings are used
             for every dispatcher of the shard map, so with TLS their certificates must name their
             advertised addresses or ``tls_server_name``.
+
+    The worker takes a lease only when a handler thread is free for it, so a job never waits in the
+    worker for a thread: when every thread is held by a handler past its timeout, it logs "every
+    handler thread is stuck", takes no leases and leaves the jobs ready for other workers, no
+    attempt charged, until a handler returns.
 
     A dispatcher that refuses the worker (a bad hello: INVALID_ARGUMENT; a missing or unknown token:
     UNAUTHENTICATED; job types outside the token's scope: PERMISSION_DENIED) stops it: awaiting it
@@ -154,6 +170,10 @@ class Worker:
         self._main: asyncio.Task[None] | None = None
         self._heartbeat_ms = 20_000
         self.completed = 0
+        #: Handler threads still held by a sync handler the worker gave up on (past ``job_timeout``,
+        #: or at shutdown) that has not returned. Each is a slot the worker takes no lease for.
+        self.stuck_threads = 0
+        self._capped = False  # a link was granted less credit than its share for want of free threads
         self.log = log.bind(worker=self.worker_id)
 
     # -- public lifecycle ---------------------------------------------------------------------
@@ -211,6 +231,12 @@ class Worker:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._stopped.set()
             self.log.info("worker stopped", completed=self.completed)
+            if self.stuck_threads:
+                # Python joins the pool's threads at exit: only the handlers' return ends the process.
+                self.log.warning(
+                    "abandoned handlers still hold threads; the process exits when they return",
+                    stuck_threads=self.stuck_threads,
+                )
         if self.refused is not None:
             raise self.refused
 
@@ -472,10 +498,19 @@ class Worker:
                 # Results not yet written still hold their slot at the dispatcher.
                 running = sum(1 for r in self._running.values() if r.link == link.address)
                 deficit = link.share - running - link.unsent - link.granted
+                # A lease is taken only for a free thread, so a sync job never waits for one: a job
+                # leased and then left queued behind stuck handlers would time out unrun and be
+                # charged an attempt. The pool has `concurrency` threads, minus those still held.
+                free = self._free_threads()
+                capped = free < deficit
+                if capped:
+                    deficit = free
+                    self._capped = True
                 # Refill in batches (a quarter of the share) so leases come in batches too; at once
-                # when nothing is left to run, so the link never idles waiting for a refill.
+                # when nothing is left to run, so the link never idles waiting for a refill, and
+                # when every free thread is asked for, as no bigger batch can come.
                 idle = running == 0 and link.granted == 0
-                if deficit > 0 and (idle or deficit >= max(1, link.share // 4)):
+                if deficit > 0 and (idle or capped or deficit >= max(1, link.share // 4)):
                     link.granted += deficit
                     await call.write(pb.WorkerMessage(credit=pb.Credit(slots=deficit)))
             except BaseException:
@@ -483,6 +518,11 @@ class Worker:
                 link.acks[:0] = acks
                 link.nacks[:0] = nacks
                 raise
+
+    def _free_threads(self) -> int:
+        """Handler threads that are neither running a job, promised to credit not yet used, nor stuck."""
+        granted = sum(link.granted for link in self._links.values() if link.connected.is_set())
+        return self.concurrency - self.stuck_threads - len(self._running) - granted
 
     async def _heartbeats(self, link: _Link, call: Any, finish: asyncio.Event) -> None:
         while True:
@@ -542,7 +582,7 @@ class Worker:
 
     def _stop(self, running: _Running) -> None:
         """Ask a job to stop: an async handler is cancelled, a plain one sees ctx.cancelled."""
-        running.ctx._cancelled = True
+        running.ctx._cancel()
         handler = self.handlers.get(running.ctx.type)
         if running.started and running.task and handler is not None and self._is_async[running.ctx.type]:
             running.task.cancel()
@@ -567,7 +607,7 @@ class Worker:
                 outcome.retry_delay_ms = max(0, int(exc.delay * 1000))
         except SkipRetry as exc:
             outcome = pb.Nack(lease=running.ref, error=_describe(exc), retryable=False)
-        except TimeoutError:
+        except _TimedOut:
             outcome = pb.Nack(
                 lease=running.ref, error=f"timed out after {self.job_timeout} s", retryable=True
             )
@@ -589,6 +629,7 @@ class Worker:
         if running.lost:
             if origin is not None:
                 origin.wake.set()  # its slot is free: credit can be refilled
+            self._wake_if_capped()
             return
         link = self._link_for(running.ref.shard, running.link)
         if isinstance(outcome, pb.Ack):
@@ -609,16 +650,98 @@ class Worker:
         link.wake.set()
         if origin is not None and origin is not link:
             origin.wake.set()
+        self._wake_if_capped()
+
+    def _wake_if_capped(self) -> None:
+        """A thread came free: a link held back for want of one may grant credit again."""
+        if self._capped:
+            self._capped = False
+            self._wake_all()
 
     async def _invoke(self, handler: Handler, ctx: JobContext) -> Any:
-        if self._is_async[ctx.type]:
-            coro = handler(ctx)
-        else:
-            coro = asyncio.get_running_loop().run_in_executor(self._pool, handler, ctx)
+        if not self._is_async[ctx.type]:
+            return await self._invoke_in_thread(handler, ctx)
+        try:
+            return await self._within_budget(handler(ctx))
+        except (_TimedOut, asyncio.CancelledError):
+            ctx._cancel()
+            raise
+
+    async def _within_budget(self, handler_call: Awaitable[Any]) -> Any:
+        """Await a handler for at most ``job_timeout``. A ``TimeoutError`` the handler raises itself
+        (a socket's, say) is its own failure, reported with its traceback."""
         if self.job_timeout is None:
-            return await coro
-        async with asyncio.timeout(self.job_timeout):
-            return await coro
+            return await handler_call
+        budget = asyncio.timeout(self.job_timeout)
+        try:
+            async with budget:
+                return await handler_call
+        except TimeoutError:
+            if budget.expired():
+                raise _TimedOut from None
+            raise
+
+    async def _invoke_in_thread(self, handler: Handler, ctx: JobContext) -> Any:
+        loop = asyncio.get_running_loop()
+        began: asyncio.Future[None] = loop.create_future()
+
+        def run() -> Any:
+            loop.call_soon_threadsafe(_resolve, began)
+            return handler(ctx)
+
+        call = self._pool.submit(run)
+        try:
+            # The budget is the handler's own running time, not its wait for a thread.
+            await began
+            return await self._within_budget(asyncio.wrap_future(call))
+        except (_TimedOut, asyncio.CancelledError) as exc:
+            ctx._cancel()
+            # A thread cannot be interrupted: one already running stays held until the handler returns.
+            if not call.cancel() and not call.done():
+                self._hold_thread(call, ctx, timed_out=isinstance(exc, _TimedOut))
+            raise
+
+    def _hold_thread(self, call: Future[Any], ctx: JobContext, timed_out: bool) -> None:
+        self.stuck_threads += 1
+        if timed_out:
+            fields = {"job": ctx.job_id, "type": ctx.type, "timeout": self.job_timeout}
+            if self.stuck_threads >= self.concurrency:
+                self.log.error(
+                    "every handler thread is stuck",
+                    stuck_threads=self.stuck_threads,
+                    effect="taking no leases until a handler returns",
+                    **fields,
+                )
+            else:
+                self.log.warning(
+                    "handler past its timeout still holds its thread",
+                    stuck_threads=self.stuck_threads,
+                    concurrency=self.concurrency,
+                    **fields,
+                )
+        loop = asyncio.get_running_loop()
+
+        def returned(_: Future[Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the worker has stopped
+                loop.call_soon_threadsafe(self._thread_returned, ctx)
+
+        call.add_done_callback(returned)
+
+    def _thread_returned(self, ctx: JobContext) -> None:
+        self.stuck_threads -= 1
+        self.log.info(
+            "stuck handler returned; its thread is free",
+            job=ctx.job_id,
+            type=ctx.type,
+            stuck_threads=self.stuck_threads,
+        )
+        self._capped = False
+        self._wake_all()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _encode_result(result: Any) -> bytes:
@@ -640,5 +763,10 @@ def serve(handlers: Mapping[str, Handler], **options: Any) -> Worker:
 
     ``await serve(handlers)`` runs it until SIGTERM/SIGINT; ``serve(handlers).run()`` does the same from
     synchronous code; ``async with serve(handlers) as worker:`` runs it in the background.
+
+    With ``job_timeout``, a plain (sync) handler must be interruptible: check ``ctx.cancelled``
+    between steps, or pause with ``ctx.wait_cancelled(seconds)`` rather than ``time.sleep``, and
+    give blocking calls their own timeouts. A handler that blocks past its timeout keeps its thread
+    until it returns, and the worker runs one job fewer meanwhile (``worker.stuck_threads``).
     """
     return Worker(handlers, **options)

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from tests.support.wait import wait_for
 from worker_sdk import AsyncClient, InvalidArgumentError, JobContext, Retry, SkipRetry, serve
@@ -130,5 +131,110 @@ async def test_concurrent_enqueues_share_round_trips_and_keep_their_own_errors(d
         round_trips.clear()
         await client.enqueue("noop.pipe")  # alone: a plain Enqueue
         assert round_trips == {"Enqueue": 1}
+    finally:
+        await client.close()
+
+
+async def test_handlers_stuck_past_their_timeout_hold_no_job_hostage(dispatcher):
+    """Two sync handlers that never look at ctx.cancelled block both threads of a concurrency-2 worker
+    past their timeout. The worker must say so and take no lease it cannot run: the jobs enqueued
+    meanwhile stay ready with no attempt charged, and run once each when the threads come back."""
+    job_timeout = 1.0
+    release = threading.Event()
+    stuck_contexts: list[JobContext] = []
+    ordinary_runs: Counter[str] = Counter()
+
+    def block(ctx: JobContext) -> None:
+        stuck_contexts.append(ctx)
+        release.wait()  # an uninterruptible call: it neither polls nor waits on ctx.cancelled
+
+    def ordinary(ctx: JobContext) -> None:
+        ordinary_runs[ctx.job_id] += 1
+
+    client = AsyncClient(dispatcher.target)
+    try:
+        with capture_logs() as logs:
+            worker = serve(
+                {"block": block, "ordinary": ordinary},
+                target=dispatcher.target,
+                concurrency=2,
+                job_timeout=job_timeout,
+                handle_signals=False,
+            )
+            async with worker:
+                blocked = [await client.enqueue("block", None, max_attempts=1) for _ in range(2)]
+                await wait_for(lambda: len(stuck_contexts) == 2)
+                ids = [await client.enqueue("ordinary", {"i": i}) for i in range(10)]
+                for job_id in blocked:
+                    await wait_for(lambda job_id=job_id: _status(client, job_id, "dead"), timeout=15)
+                    assert "timed out after 1.0 s" in (await client.get_job(job_id)).last_error
+
+                # Long enough for a job queued behind the stuck threads to time out in the queue.
+                window = time.monotonic() + 3 * job_timeout
+                while time.monotonic() < window:
+                    charged = [
+                        j for j in await asyncio.gather(*(client.get_job(i) for i in ids)) if j.attempts
+                    ]
+                    assert not charged, (
+                        "a job was leased while every handler thread was stuck: "
+                        f"{[(j.status, j.attempts, j.failures, j.last_error[-40:]) for j in charged]}"
+                    )
+                    await asyncio.sleep(0.1)
+                assert worker.stuck_threads == 2 and not ordinary_runs
+                assert all(ctx.cancelled for ctx in stuck_contexts), "the timeout must set ctx.cancelled"
+                assert any(e["event"] == "every handler thread is stuck" for e in logs), logs
+
+                release.set()
+                for job_id in ids:
+                    await wait_for(lambda job_id=job_id: _status(client, job_id, "succeeded"), timeout=15)
+                jobs = [await client.get_job(i) for i in ids]
+                assert [(j.attempts, j.failures) for j in jobs] == [(1, 0)] * 10
+                assert ordinary_runs == Counter({i: 1 for i in ids})
+                await wait_for(lambda: worker.stuck_threads == 0)
+    finally:
+        release.set()
+        await client.close()
+
+
+async def test_a_sync_handler_that_waits_on_cancelled_returns_at_its_timeout(dispatcher):
+    """The timeout sets ctx.cancelled and wakes ctx.wait_cancelled(): a handler that waits on it gives
+    its thread back at once, and the next job runs in it."""
+    job_timeout = 0.5
+    observed: dict[str, float] = {}
+
+    def cooperative(ctx: JobContext) -> None:
+        began = time.monotonic()
+        assert not ctx.cancelled
+        if ctx.wait_cancelled(timeout=30):
+            observed["cancelled_after"] = time.monotonic() - began
+            observed["flag"] = ctx.cancelled
+
+    def own_timeout(ctx: JobContext) -> None:
+        raise TimeoutError("socket read timed out")
+
+    client = AsyncClient(dispatcher.target)
+    try:
+        async with serve(
+            {"coop": cooperative, "ordinary": lambda ctx: None, "own_timeout": own_timeout},
+            target=dispatcher.target,
+            concurrency=1,
+            job_timeout=job_timeout,
+            handle_signals=False,
+        ) as worker:
+            coop = await client.enqueue("coop", None, max_attempts=1)
+            after = await client.enqueue("ordinary", None)
+            await wait_for(lambda: _status(client, coop, "dead"), timeout=15)
+            assert "timed out after 0.5 s" in (await client.get_job(coop)).last_error
+            await wait_for(lambda: _status(client, after, "succeeded"), timeout=15)
+            assert (await client.get_job(after)).attempts == 1
+            assert observed["flag"] is True
+            # From the handler's own clock: its thread may start it a moment after the budget began.
+            assert job_timeout - 0.1 <= observed["cancelled_after"] < job_timeout + 2.0
+
+            # A TimeoutError of the handler's own is its failure, not the worker's timeout.
+            failed = await client.enqueue("own_timeout", None, max_attempts=1)
+            await wait_for(lambda: _status(client, failed, "dead"), timeout=15)
+            assert "socket read timed out" in (await client.get_job(failed)).last_error
+            await wait_for(lambda: worker.stuck_threads == 0)
     finally:
         await client.close()

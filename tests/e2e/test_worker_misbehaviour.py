@@ -1,4 +1,5 @@
-"""Workers that misbehave on the stream: one that stops reading it, and 1,000 that connect and idle.
+"""Workers that misbehave on the stream: one that stops reading it, and 1,000 that connect and idle;
+and one whose handlers hang in their threads past their timeout.
 
 Neither may block other workers or grow the dispatcher's memory without bound. RSS is the
 dispatcher process's own (psutil), measured around the misbehaviour.
@@ -11,10 +12,11 @@ import time
 
 import grpc
 import psutil
+import pytest
 
 from dispatcher._pb import shardq_pb2 as pb
 from dispatcher._pb import shardq_pb2_grpc as pb_grpc
-from tests.support.processes import read_ledger
+from tests.support.processes import events, read_ledger
 from tests.support.raw_worker import RawWorker
 from tests.support.snapshots import redis_digest
 from tests.support.wait import wait_for
@@ -237,3 +239,47 @@ async def test_acks_with_tokens_a_worker_never_got_finish_nothing(
     finally:
         await forger.close()
         await client.close()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_a_worker_whose_threads_all_hang_takes_no_jobs_and_says_so(dispatcher, start_worker, tmp_path):
+    """Both threads of a concurrency-2 worker hang in sync handlers past their 1 s timeout. It must
+    log it and take no more leases: the sync jobs enqueued meanwhile wait, uncharged, for a worker
+    that can run them, and run there once each."""
+    job_timeout = 1.0
+    hung_ledger = tmp_path / "hung.jsonl"
+    hung = start_worker(
+        dispatcher.target, ledger=hung_ledger, types="block,sync", concurrency=2, job_timeout=job_timeout
+    )
+    client = AsyncClient(dispatcher.target)
+    try:
+        blocked = await client.enqueue_many([{"type": "block", "max_attempts": 1}] * 2)
+        await wait_for(lambda: len(list(events(hung_ledger, "start"))) == 2, timeout=30)
+        ids = await client.enqueue_many([{"type": "sync", "payload": {"i": i}} for i in range(10)])
+        for job_id in blocked:
+            await wait_for(lambda job_id=job_id: _status_is(client, job_id, "dead"), timeout=15)
+
+        # Long enough for a job queued behind the hung threads to time out in the queue.
+        window = time.monotonic() + 3 * job_timeout
+        while time.monotonic() < window:
+            charged = [j for j in [await client.get_job(i) for i in ids] if j.attempts]
+            assert not charged, (
+                "a worker with every thread hung took a job: "
+                f"{[(j.status, j.attempts, j.failures, j.last_error[-40:]) for j in charged]}"
+            )
+            await asyncio.sleep(0.1)
+        await wait_for(lambda: "every handler thread is stuck" in hung.log_path.read_text(), timeout=10)
+
+        healthy_ledger = tmp_path / "healthy.jsonl"
+        start_worker(dispatcher.target, ledger=healthy_ledger, types="sync", concurrency=4)
+        await wait_for(lambda: all_succeeded(client, ids), timeout=30)
+        jobs = [await client.get_job(i) for i in ids]
+        assert [(j.attempts, j.failures) for j in jobs] == [(1, 0)] * 10
+        assert sorted(e["job"] for e in events(healthy_ledger, "end")) == sorted(ids)
+        assert [e["type"] for e in events(hung_ledger, "start")] == ["block", "block"]
+    finally:
+        await client.close()
+
+
+async def _status_is(client: AsyncClient, job_id: str, status: str) -> bool:
+    return (await client.get_job(job_id)).status == status

@@ -6,8 +6,10 @@ Each ledger line is JSON written with one os.write on an O_APPEND descriptor, so
 even when the process is SIGKILLed right after.
 Handlers (by job type prefix): ``noop*`` returns at once; ``sleep*`` sleeps payload["sleep"] seconds
 (on attempts up to payload["sleep_attempts"]); ``fail*`` always raises; ``flaky*`` raises until
-attempt > payload["fail_times"]; ``final*`` raises SkipRetry. A handler that returns returns the bytes
-of payload["result_hex"] as the job's result (none without it).
+attempt > payload["fail_times"]; ``final*`` raises SkipRetry; ``sync*`` is a sync handler (run in a thread)
+that returns at once; ``block*`` is a sync handler that blocks its thread forever and never looks at
+ctx.cancelled. A handler that returns returns the bytes of payload["result_hex"] as the job's result
+(none without it).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import threading
 import time
 
 from worker_sdk import JobContext, SkipRetry, serve
@@ -60,7 +63,18 @@ def handlers_for(types: list[str], ledger: Ledger) -> dict[str, object]:
         ledger.write("end", ctx)
         return bytes.fromhex(payload["result_hex"]) if "result_hex" in payload else None
 
-    return {t: handle for t in types}
+    def sync(ctx: JobContext) -> None:
+        ledger.write("start", ctx)
+        ledger.write("end", ctx)
+
+    def block(ctx: JobContext) -> None:
+        ledger.write("start", ctx)
+        threading.Event().wait()
+
+    def handler_for(job_type: str) -> object:
+        return sync if job_type.startswith("sync") else block if job_type.startswith("block") else handle
+
+    return {t: handler_for(t) for t in types}
 
 
 def main() -> None:
