@@ -17,7 +17,6 @@ import redis
 from dispatcher._pb import shardq_pb2 as pb
 from dispatcher._pb import shardq_pb2_grpc as pb_grpc
 from dispatcher.tls import ChannelSecurity
-
 from dispatcher.working_set import SCRIPT_BATCH
 from tests.support.snapshots import count_jobs, db_digest, redis_digest
 from tests.support.wait import wait_until
