@@ -16,6 +16,9 @@ from .scripting import Scripts
 from .states import PRIORITIES, DeadReason, JobState, Priority
 
 _OUTCOMES = {1: JobState.DELAYED, 2: JobState.DEAD, 3: JobState.CANCELLED}
+# Most leases one extend, ack or retry script call handles: a worker's message may name thousands,
+# and a script holds Redis (every shard's callers) until it returns.
+SCRIPT_BATCH = 1000
 
 
 def _s(value: Any) -> str:
@@ -239,10 +242,13 @@ class WorkingSet:
     async def extend(self, shard: int, now: int, refs: Sequence[tuple[str, str]]) -> list[int]:
         """Per (id, token): new deadline, 0 if rejected, negative deadline if cancel was requested."""
         k = ShardKeys(shard)
-        args: list[Any] = [now]
-        for ref in refs:
-            args += ref
-        return [int(x) for x in await self.scripts.extend_lease(keys=[k.jobs, k.leased], args=args)]
+        out: list[int] = []
+        for start in range(0, len(refs), SCRIPT_BATCH):
+            args: list[Any] = [now]
+            for ref in refs[start : start + SCRIPT_BATCH]:
+                args += ref
+            out += [int(x) for x in await self.scripts.extend_lease(keys=[k.jobs, k.leased], args=args)]
+        return out
 
     async def shorten(self, shard: int, until: int, refs: Sequence[tuple[str, str]]) -> int:
         k = ShardKeys(shard)
@@ -270,6 +276,11 @@ class WorkingSet:
         return out
 
     async def ack(self, shard: int, now: int, refs: Sequence[tuple[str, str]]) -> list[Transition | None]:
+        if len(refs) > SCRIPT_BATCH:
+            done: list[Transition | None] = []
+            for start in range(0, len(refs), SCRIPT_BATCH):
+                done += await self.ack(shard, now, refs[start : start + SCRIPT_BATCH])
+            return done
         k = ShardKeys(shard)
         args: list[Any] = [now]
         for ref in refs:
@@ -288,6 +299,11 @@ class WorkingSet:
     async def retry(
         self, shard: int, now: int, nacks: Sequence[NackSpec], policy: RetryPolicy
     ) -> list[Transition | None]:
+        if len(nacks) > SCRIPT_BATCH:
+            done: list[Transition | None] = []
+            for start in range(0, len(nacks), SCRIPT_BATCH):
+                done += await self.retry(shard, now, nacks[start : start + SCRIPT_BATCH], policy)
+            return done
         k = ShardKeys(shard)
         args: list[Any] = [now, policy.base_ms, policy.cap_ms, policy.jitter, int(policy.count_expirations)]
         for n in nacks:
