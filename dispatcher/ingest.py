@@ -123,21 +123,6 @@ class CoalescedPush:
         self._gathering: dict[int, list[tuple[list[NewJob], asyncio.Future[None]]]] = {}
         self._running: set[asyncio.Task[None]] = set()
 
-    async def _hand_off_in_parts(self, shard: int, jobs: list[NewJob]) -> None:
-        """Hand the jobs to the shard's owner in requests within its size and count limits: the jobs of
-        concurrent enqueues are pushed together, and together they can be over both."""
-        part: list[NewJob] = []
-        size = 0
-        for job in jobs:
-            job_size = len(job.payload) + len(job.record.pack()) + len(job.id) + 16  # + field framing
-            if part and (size + job_size > self.hand_off_bytes or len(part) >= MAX_PUSH):
-                await self.hand_off(shard, part)
-                part, size = [], 0
-            part.append(job)
-            size += job_size
-        if part:
-            await self.hand_off(shard, part)
-
     async def push(self, shard: int, jobs: list[NewJob]) -> None:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
@@ -295,6 +280,21 @@ class Ingestor:
         """Wait (up to ``timeout`` s) until the jobs committed so far are queued or handed on."""
         if self._queueing:
             await asyncio.wait(set(self._queueing), timeout=timeout)
+
+    async def _hand_off_in_parts(self, shard: int, jobs: list[NewJob]) -> None:
+        """Hand the jobs to the shard's owner in requests within its size and count limits: the jobs of
+        concurrent enqueues are pushed together, and together they can be over both."""
+        part: list[NewJob] = []
+        size = 0
+        for job in jobs:
+            job_size = len(job.payload) + len(job.record.pack()) + len(job.id) + 16  # + field framing
+            if part and (size + job_size > self.hand_off_bytes or len(part) >= MAX_PUSH):
+                await self.hand_off(shard, part)
+                part, size = [], 0
+            part.append(job)
+            size += job_size
+        if part:
+            await self.hand_off(shard, part)
 
     async def push(self, shard: int, jobs: list[NewJob]) -> None:
         """Queue committed jobs in the shard's Redis sets, or hand them to the shard's owner."""

@@ -16,8 +16,11 @@ import redis
 
 from dispatcher._pb import shardq_pb2 as pb
 from dispatcher._pb import shardq_pb2_grpc as pb_grpc
+from dispatcher.keys import DIRTY_KEY, ShardKeys
 from dispatcher.tls import ChannelSecurity
 from dispatcher.working_set import SCRIPT_BATCH
+from shardmap import shard_for
+from tests.support.shard_map import settled_view
 from tests.support.snapshots import count_jobs, db_digest, redis_digest
 from tests.support.wait import wait_until
 from worker_sdk import Client
@@ -220,3 +223,26 @@ def test_stats_does_not_scan_the_dead_letter_queue(dispatcher, db_url, start_wor
                     assert _dead_in_stats(quick, "final_scan") == 3
             finally:
                 conn.rollback()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_hand_off_is_split_to_fit_the_owners_request_limit(start_dispatcher, redis_url, db_url):
+    """A batch just within the request limit, of another process's shard: handed over with each
+    job's record added it would be over the owner's limit, so it goes in parts, none refused."""
+    owner_proc = start_dispatcher(redis_url, db_url, dispatcher_id="d1", max_request_bytes=2 * MiB)
+    taker = start_dispatcher(redis_url, db_url, dispatcher_id="d2", max_request_bytes=2 * MiB)
+    view = wait_until(lambda: settled_view(taker.target, 2), timeout=30)
+    owner = {s.shard: s.owner for s in view.shards}
+    job_type = next(t for t in (f"noop.big{i}" for i in range(200)) if owner[shard_for(t, 8)] == "d1")
+    jobs = [pb.JobSpec(type=job_type, payload=b"p" * 180) for _ in range(10_000)]
+    request = pb.EnqueueManyRequest(jobs=jobs)
+    assert 1.5 * MiB < request.ByteSize() < 2 * MiB
+    with grpc.insecure_channel(taker.target) as channel:
+        response = pb_grpc.JobServiceStub(channel).EnqueueMany(request, timeout=60)
+    assert len(response.job_ids) == 10_000
+    shard = shard_for(job_type, 8)
+    with redis.Redis.from_url(redis_url) as r:
+        wait_until(lambda: r.hlen(ShardKeys(shard).jobs) == 10_000, timeout=30)
+        assert not r.sismember(DIRTY_KEY, shard)
+    assert "hand-off to the shard owner failed" not in taker.log_tail(10_000)
+    assert owner_proc.process is not None and owner_proc.process.poll() is None
