@@ -74,6 +74,7 @@ class Dispatcher:
             self._on_pushed,
             self._on_push_failed,
             self.hand_off,
+            max_request_bytes=settings.max_request_bytes,
         )
         self.scheduler = Scheduler(self)
         self.promoters: dict[int, Promoter] = {}

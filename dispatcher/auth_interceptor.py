@@ -103,15 +103,26 @@ def _bound(handler: grpc.RpcMethodHandler, principal: auth.Principal) -> grpc.Rp
 
 
 def _refusing(handler: grpc.RpcMethodHandler, error: DispatcherError) -> grpc.RpcMethodHandler:
+    """A handler that refuses the call from its metadata alone. It takes the request as a stream it
+    never reads, so a caller without the right token cannot make this process receive a body (of up
+    to SHARDQ_MAX_REQUEST_BYTES, per message): grpc reads a request message only when asked for it."""
     if handler.response_streaming:
 
-        async def refuse_stream(request: Any, context: Any) -> Any:
+        async def refuse_stream(requests: Any, context: Any) -> Any:
             await context.abort(error.code, str(error))
             yield  # pragma: no cover - abort raises; the yield makes this a stream handler
 
-        return _rebuild(handler, refuse_stream)
+        return grpc.stream_stream_rpc_method_handler(
+            refuse_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
 
-    async def refuse(request: Any, context: Any) -> Any:
+    async def refuse(requests: Any, context: Any) -> Any:
         await context.abort(error.code, str(error))
 
-    return _rebuild(handler, refuse)
+    return grpc.stream_unary_rpc_method_handler(
+        refuse,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )

@@ -14,6 +14,8 @@ from .errors import ConfigError
 
 # A lease held back longer than this would eat into short lease TTLs (100 ms at least).
 MAX_LEASE_AHEAD_MS = 50
+# Room in a request for one job's fields and framing besides its payload.
+REQUEST_OVERHEAD_BYTES = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,15 @@ class Settings:
     max_result_bytes: int = 64 << 10
     #: SHARDQ_MAX_BATCH: most jobs in one EnqueueMany.
     max_batch: int = 10_000
+    #: SHARDQ_MAX_REQUEST_BYTES: largest message any RPC accepts (64 MiB), a whole EnqueueMany or
+    #: worker message included: a larger one is refused with RESOURCE_EXHAUSTED before it is decoded.
+    #: At least max_payload_bytes + 64 KiB (one job with the largest payload fits).
+    max_request_bytes: int = 64 << 20
+    #: SHARDQ_MAX_LEASE_REFS: most leases one worker message names (hello.held, a heartbeat, acks,
+    #: nacks); a worker's concurrency is at most 10,000, so it never needs more.
+    max_lease_refs: int = 10_000
+    #: SHARDQ_MAX_WORKER_TYPES: most job types one worker declares in its hello.
+    max_worker_types: int = 1_000
     #: SHARDQ_FLUSH_INTERVAL_MS: how long status writes gather before one DB transaction.
     flush_interval_ms: int = 10
     #: SHARDQ_RECONCILE_INTERVAL_S: full DB-vs-Redis sweep period (also run at start and on data loss).
@@ -170,9 +181,22 @@ class Settings:
     def __post_init__(self) -> None:
         if not 1 <= self.shard_count <= MAX_SHARD_COUNT:
             raise ConfigError(f"shard count must be in 1..{MAX_SHARD_COUNT}")
-        for name in ("lease_ttl_ms", "max_attempts", "max_payload_bytes", "max_batch", "lease_batch"):
+        for name in (
+            "lease_ttl_ms",
+            "max_attempts",
+            "max_payload_bytes",
+            "max_batch",
+            "lease_batch",
+            "max_lease_refs",
+            "max_worker_types",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
+        if self.max_request_bytes < self.max_payload_bytes + REQUEST_OVERHEAD_BYTES:
+            raise ConfigError(
+                f"max_request_bytes must be at least max_payload_bytes + {REQUEST_OVERHEAD_BYTES} "
+                "(a request with one job of the largest payload)"
+            )
         if self.ownership_ttl_ms < 1000:
             raise ConfigError("ownership TTL must be at least 1000 ms")
         if not 1 <= self.processes <= 256:

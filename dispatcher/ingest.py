@@ -27,6 +27,7 @@ from shardmap import shard_for
 
 from . import failpoints, metrics
 from .clock import wall_ms
+from .config import REQUEST_OVERHEAD_BYTES
 from .errors import REDIS_ERRORS, InvalidArgument, NotOwner, StoreUnavailable
 from .ids import new_job_ids
 from .ownership import Ownership
@@ -39,6 +40,8 @@ from .working_set import NewJob, WorkingSet
 
 log = structlog.get_logger("shardq.ingest")
 PUSH_CHUNK = 1000
+# Most jobs in one hand-off (PushJobs) to another process.
+MAX_PUSH = 20_000
 # Committed jobs whose pushes are still on the way, at most: past it an enqueue's reply waits, so a
 # producer faster than Redis is held to Redis's pace and the backlog's memory stays bounded.
 MAX_UNQUEUED = 20_000
@@ -161,6 +164,7 @@ class Ingestor:
         on_pushed: Callable[[int, list[tuple[NewJob, int]]], None],
         on_push_failed: Callable[[int], None],
         hand_off: Callable[[int, list[NewJob]], Awaitable[None]],
+        max_request_bytes: int = 64 << 20,
     ) -> None:
         self.shard_count = shard_count
         self.working_set = working_set
@@ -168,6 +172,8 @@ class Ingestor:
         self.on_pushed = on_pushed  # (shard, [(job, 1 ready | 2 delayed)])
         self.on_push_failed = on_push_failed  # (shard): reconcile it when Redis is back
         self.hand_off = hand_off  # (shard, jobs): the shard is another process's: give them to its owner
+        # A hand-off must fit the owner's request limit (the same SHARDQ_MAX_REQUEST_BYTES).
+        self.hand_off_bytes = max_request_bytes - REQUEST_OVERHEAD_BYTES
         self.commit = GroupCommit(store)
         self._coalesced = CoalescedPush(self.push)
         self.unqueued = 0  # committed jobs whose pushes have not finished
@@ -287,12 +293,27 @@ class Ingestor:
         if self._queueing:
             await asyncio.wait(set(self._queueing), timeout=timeout)
 
+    async def _hand_off_in_parts(self, shard: int, jobs: list[NewJob]) -> None:
+        """Hand the jobs to the shard's owner in requests within its size and count limits: the jobs of
+        concurrent enqueues are pushed together, and together they can be over both."""
+        part: list[NewJob] = []
+        size = 0
+        for job in jobs:
+            job_size = len(job.payload) + len(job.record.pack()) + len(job.id) + 16  # + field framing
+            if part and (size + job_size > self.hand_off_bytes or len(part) >= MAX_PUSH):
+                await self.hand_off(shard, part)
+                part, size = [], 0
+            part.append(job)
+            size += job_size
+        if part:
+            await self.hand_off(shard, part)
+
     async def push(self, shard: int, jobs: list[NewJob]) -> None:
         """Queue committed jobs in the shard's Redis sets, or hand them to the shard's owner."""
         for attempt in range(2):
             epoch = self.ownership.epochs.get(shard)
             if epoch is None:
-                await self.hand_off(shard, jobs)
+                await self._hand_off_in_parts(shard, jobs)
                 return
             try:
                 for i in range(0, len(jobs), PUSH_CHUNK):
@@ -306,7 +327,7 @@ class Ingestor:
                 if attempt == 0 and await self.ownership.recover(shard, epoch):
                     continue
                 if not self.ownership.owns(shard):
-                    await self.hand_off(shard, jobs)
+                    await self._hand_off_in_parts(shard, jobs)
                 else:
                     self.on_push_failed(shard)
                 return

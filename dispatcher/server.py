@@ -28,10 +28,11 @@ from .store import open_store
 from .worker_service import WorkerService
 
 log = structlog.get_logger("shardq.server")
-MAX_MESSAGE_BYTES = 256 << 20  # a full batch of 10,000 jobs with payloads fits
+# What this process sends: a batch of leases (SHARDQ_LEASE_BATCH jobs) with the largest payloads fits.
+# What it accepts is SHARDQ_MAX_REQUEST_BYTES.
+MAX_SEND_BYTES = 256 << 20
 GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_SEND_BYTES),
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
@@ -81,7 +82,11 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
         stack.push_async_callback(store.close)
         log.info("using database", url=store.url_for_logs, embedded=settings.db_url is None)
         # SO_REUSEPORT only when a supervisor runs several processes on one shared address.
-        options = [*GRPC_OPTIONS, ("grpc.so_reuseport", 1 if settings.shared_listen else 0)]
+        options = [
+            *GRPC_OPTIONS,
+            ("grpc.max_receive_message_length", settings.max_request_bytes),
+            ("grpc.so_reuseport", 1 if settings.shared_listen else 0),
+        ]
         server = grpc.aio.server(options=options, interceptors=security.interceptors())
         stack.push_async_callback(server.stop, None)  # a failed start leaves no server behind
         port = security.bind(server, settings.listen)

@@ -100,6 +100,12 @@ def error_text(value: str, limit: int) -> str:
     return value[:limit].replace("\x00", "\\0")
 
 
+def at_most(n: int, limit: int, field: str, what: str) -> None:
+    """A repeated field holds no more than ``limit`` items."""
+    if n > limit:
+        raise InvalidArgument(f"{field}: {n} {what} is over the limit of {limit}")
+
+
 def batch_size(n: int, settings: Settings) -> None:
     if n == 0:
         raise InvalidArgument("jobs: the batch is empty")

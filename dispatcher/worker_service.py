@@ -93,10 +93,14 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             raise InvalidArgument(f"hello.worker_id: must be 1..{MAX_WORKER_ID} characters")
         if not hello.job_types:
             raise InvalidArgument("hello.job_types: a worker must declare at least one job type")
+        validation.at_most(
+            len(hello.job_types), self.app.settings.max_worker_types, "hello.job_types", "types"
+        )
         types = sorted({validation.job_type(t, "hello.job_types[]") for t in hello.job_types})
         auth.check_types(types, "hello.job_types")
         if not 1 <= hello.concurrency <= MAX_CONCURRENCY:
             raise InvalidArgument(f"hello.concurrency: must be in 1..{MAX_CONCURRENCY}")
+        validation.at_most(len(hello.held), self.app.settings.max_lease_refs, "hello.held", "leases")
         refs = [
             validation.lease_ref(r, f"hello.held[{i}]", self.app.settings.shard_count)
             for i, r in enumerate(hello.held)
@@ -125,7 +129,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         return session
 
     async def _read(self, session: WorkerSession, requests: AsyncIterator[pb.WorkerMessage]) -> None:
-        shards = self.app.settings.shard_count
+        shards, most = self.app.settings.shard_count, self.app.settings.max_lease_refs
         try:
             # Read to the end even once the session is closed: acks and nacks still in flight are
             # applied (tokens decide, not the shard's owner); leases are no longer handed out.
@@ -135,14 +139,17 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 if kind == "credit":
                     session.add_credit(message.credit.slots)
                 elif kind == "heartbeat":
+                    validation.at_most(len(message.heartbeat.leases), most, "heartbeat.leases", "leases")
                     refs = [
                         validation.lease_ref(r, f"heartbeat.leases[{i}]", shards)
                         for i, r in enumerate(message.heartbeat.leases)
                     ]
                     await self._extend(session, refs, reclaim=False)
                 elif kind == "acks":
+                    validation.at_most(len(message.acks.acks), most, "acks", "acks")
                     await self._ack(session, message.acks)
                 elif kind == "nacks":
+                    validation.at_most(len(message.nacks.nacks), most, "nacks", "nacks")
                     await self._nack(session, message.nacks)
                 elif kind == "drain":
                     session.draining = True

@@ -16,6 +16,9 @@ from .scripting import Scripts
 from .states import PRIORITIES, DeadReason, JobState, Priority
 
 _OUTCOMES = {1: JobState.DELAYED, 2: JobState.DEAD, 3: JobState.CANCELLED}
+# Most leases one extend, ack or retry script call handles: a worker's message may name thousands,
+# and a script holds Redis (every shard's callers) until it returns.
+SCRIPT_BATCH = 1000
 
 
 def _s(value: Any) -> str:
@@ -245,18 +248,24 @@ class WorkingSet:
         """Per (id, token): new deadline, 0 if rejected, negative deadline if cancel was requested.
         A ``holder`` (a reclaim) makes that worker stream the holder of the leases extended."""
         k = ShardKeys(shard)
-        args: list[Any] = [now, holder]
-        for ref in refs:
-            args += ref
-        return [int(x) for x in await self.scripts.extend_lease(keys=[k.jobs, k.leased], args=args)]
+        out: list[int] = []
+        for start in range(0, len(refs), SCRIPT_BATCH):
+            args: list[Any] = [now, holder]
+            for ref in refs[start : start + SCRIPT_BATCH]:
+                args += ref
+            out += [int(x) for x in await self.scripts.extend_lease(keys=[k.jobs, k.leased], args=args)]
+        return out
 
     async def shorten(self, shard: int, until: int, holder: str, refs: Sequence[tuple[str, str]]) -> int:
         """The worker stream ``holder`` ended: these leases, of those it still holds, end at ``until``."""
         k = ShardKeys(shard)
-        args: list[Any] = [until, holder]
-        for ref in refs:
-            args += ref
-        return int(await self.scripts.shorten_lease(keys=[k.jobs, k.leased], args=args))
+        shortened = 0
+        for start in range(0, len(refs), SCRIPT_BATCH):
+            args: list[Any] = [until, holder]
+            for ref in refs[start : start + SCRIPT_BATCH]:
+                args += ref
+            shortened += int(await self.scripts.shorten_lease(keys=[k.jobs, k.leased], args=args))
+        return shortened
 
     async def return_leases(
         self, shard: int, leases: Sequence[tuple[str, str, str, Priority]]
@@ -285,6 +294,13 @@ class WorkingSet:
     ) -> list[Transition | None]:
         """Complete the leases ``refs`` (id, token); ``results`` (by position, None or missing for
         none) stay with the finished records until forget()."""
+        if len(refs) > SCRIPT_BATCH:
+            done: list[Transition | None] = []
+            for start in range(0, len(refs), SCRIPT_BATCH):
+                done += await self.ack(
+                    shard, now, refs[start : start + SCRIPT_BATCH], results[start : start + SCRIPT_BATCH]
+                )
+            return done
         k = ShardKeys(shard)
         args: list[Any] = [now]
         for n, ref in enumerate(refs):
@@ -303,6 +319,11 @@ class WorkingSet:
     async def retry(
         self, shard: int, now: int, nacks: Sequence[NackSpec], policy: RetryPolicy
     ) -> list[Transition | None]:
+        if len(nacks) > SCRIPT_BATCH:
+            done: list[Transition | None] = []
+            for start in range(0, len(nacks), SCRIPT_BATCH):
+                done += await self.retry(shard, now, nacks[start : start + SCRIPT_BATCH], policy)
+            return done
         k = ShardKeys(shard)
         args: list[Any] = [now, policy.base_ms, policy.cap_ms, policy.jitter, int(policy.count_expirations)]
         for n in nacks:

@@ -154,7 +154,8 @@ class Client:
         return self._call("Rebalance", pb.RebalanceRequest(dry_run=dry_run), self._shards)
 
     def enqueue(self, job_type: str, payload: Any = None, **options: Any) -> str:
-        """Enqueue one job; returns its id (the existing job's id when the idempotency key exists).
+        """Enqueue one job; returns its id (the existing job's id when a job of the same type has the
+        idempotency key: keys are unique per job type).
 
         Options: priority ("high", "default", "low"), run_at (aware datetime or epoch seconds), delay
         (seconds or timedelta), max_attempts, lease_ttl (seconds), idempotency_key.
@@ -166,7 +167,9 @@ class Client:
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
         """Enqueue a batch in one round trip (one DB transaction); each job is a dict of enqueue's
         arguments with "type" and "payload" keys. It goes to the shards' owner when the jobs share
-        one, else to the target (which hands each shard's jobs to its owner)."""
+        one, else to the target (which hands each shard's jobs to its owner). A dispatcher takes at
+        most SHARDQ_MAX_BATCH jobs (10,000) and SHARDQ_MAX_REQUEST_BYTES (64 MiB) in one call, by
+        default: split larger batches (RESOURCE_EXHAUSTED or INVALID_ARGUMENT otherwise)."""
         specs = _specs(jobs)
         address = self._address_of([s.type for s in specs])
         return list(self._call_at(address, "EnqueueMany", pb.EnqueueManyRequest(jobs=specs)).job_ids)

@@ -12,10 +12,10 @@ import signal
 import socket
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import structlog
@@ -34,6 +34,12 @@ Handler = Callable[[JobContext], Any] | Callable[[JobContext], Awaitable[Any]]
 log = structlog.get_logger("shardq.worker")
 MAX_RESULT_BYTES = 64 << 10
 MAX_ERROR_CHARS = 16_000
+# Results and heartbeats go in messages of at most this many leases and (roughly) bytes, well within
+# a dispatcher's limits (SHARDQ_MAX_LEASE_REFS, 10,000; SHARDQ_MAX_REQUEST_BYTES, 64 MiB): one over
+# them is refused with INVALID_ARGUMENT or RESOURCE_EXHAUSTED and ends the stream.
+MESSAGE_LEASES = 1000
+MESSAGE_BYTES = 8 << 20
+_M = TypeVar("_M", pb.Ack, pb.Nack, pb.LeaseRef)
 # After our half-close, how long the dispatcher gets to read what we wrote and end the stream.
 HALF_CLOSE_TIMEOUT_S = 5.0
 UNOWNED_REFRESH_S = 0.25
@@ -486,10 +492,10 @@ class Worker:
             acks, nacks = link.acks, link.nacks
             link.acks, link.nacks = [], []
             try:
-                if acks:
-                    await call.write(pb.WorkerMessage(acks=pb.Acks(acks=acks)))
-                if nacks:
-                    await call.write(pb.WorkerMessage(nacks=pb.Nacks(nacks=nacks)))
+                for part in _parts(acks):
+                    await call.write(pb.WorkerMessage(acks=pb.Acks(acks=part)))
+                for part in _parts(nacks):
+                    await call.write(pb.WorkerMessage(nacks=pb.Nacks(nacks=part)))
                 if self._draining:
                     if not drained_sent:
                         await call.write(pb.WorkerMessage(drain=pb.Drain()))
@@ -542,7 +548,8 @@ class Worker:
                 if not r.lost and self._link_for(r.ref.shard, r.link) is link
             ]
             if refs and link.connected.is_set():
-                await call.write(pb.WorkerMessage(heartbeat=pb.Heartbeat(leases=refs)))
+                for part in _parts(refs):
+                    await call.write(pb.WorkerMessage(heartbeat=pb.Heartbeat(leases=part)))
 
     # -- jobs ------------------------------------------------------------------------------------
 
@@ -742,6 +749,21 @@ class Worker:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _parts(items: list[_M]) -> Iterator[list[_M]]:
+    """The items in runs that fit one message (MESSAGE_LEASES, MESSAGE_BYTES)."""
+    part: list[_M] = []
+    size = 0
+    for item in items:
+        item_size = item.ByteSize()
+        if part and (len(part) >= MESSAGE_LEASES or size + item_size > MESSAGE_BYTES):
+            yield part
+            part, size = [], 0
+        part.append(item)
+        size += item_size
+    if part:
+        yield part
 
 
 def _encode_result(result: Any) -> bytes:

@@ -136,7 +136,7 @@ class Tx(abc.ABC):
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
 
     async def insert_new_jobs(self, rows: Sequence[Sequence[Any]]) -> None:
-        """Insert NEW_JOB_COLUMNS rows; a row whose idempotency key exists is skipped."""
+        """Insert NEW_JOB_COLUMNS rows; a row whose idempotency key exists in its type is skipped."""
         await self.executemany(_INSERT, rows)
 
     async def lock_schema(self) -> None:  # noqa: B027 - a no-op unless the store needs one
@@ -147,15 +147,21 @@ class Tx(abc.ABC):
 _KEY_RETRIES = 3
 
 
-async def _owners_of_keys(tx: Tx, keys: set[str]) -> dict[str, str]:
-    """Idempotency key -> the id of the job that holds it, for the keys that are held."""
-    ordered = sorted(keys)
-    owner_of: dict[str, str] = {}
-    for i in range(0, len(ordered), 500):
-        chunk = ordered[i : i + 500]
-        marks = ", ".join("?" * len(chunk))
-        found = await tx.execute(f"SELECT idem_key, id FROM jobs WHERE idem_key IN ({marks})", chunk)
-        owner_of.update({k: v for k, v in found})
+async def _owners_of_keys(tx: Tx, keys: set[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """(job type, idempotency key) -> the id of the job that holds the key within its type, for the
+    keys that are held."""
+    by_type: dict[str, list[str]] = {}
+    for job_type, key in sorted(keys):
+        by_type.setdefault(job_type, []).append(key)
+    owner_of: dict[tuple[str, str], str] = {}
+    for job_type, type_keys in by_type.items():
+        for i in range(0, len(type_keys), 500):
+            chunk = type_keys[i : i + 500]
+            marks = ", ".join("?" * len(chunk))
+            found = await tx.execute(
+                f"SELECT idem_key, id FROM jobs WHERE type = ? AND idem_key IN ({marks})", [job_type, *chunk]
+            )
+            owner_of.update({(job_type, k): v for k, v in found})
     return owner_of
 
 
@@ -251,24 +257,24 @@ class Store(ScheduleQueries, abc.ABC):
 
     async def insert_jobs(self, rows: Sequence[JobRow]) -> list[tuple[str, bool]]:
         """Insert new jobs in one transaction. Returns (id, created) in order: a job whose
-        idempotency key exists gets the existing job's id and created=False."""
+        idempotency key exists in its type gets the existing job's id and created=False."""
         async with self.transaction() as tx:
             await tx.insert_new_jobs([r.new_job_values() for r in rows])
-            owner_of = await _owners_of_keys(tx, {r.idem_key for r in rows if r.idem_key})
+            owner_of = await _owners_of_keys(tx, {(r.type, r.idem_key) for r in rows if r.idem_key})
             # The job that held a key when the insert skipped ours can be deleted (a purge of dead
             # jobs) before the lookup: the key is free again, so ours goes in now. Resolved before
             # the commit, so that nothing fails once the jobs are committed.
             tries = 0
-            while vanished := [r for r in rows if r.idem_key and r.idem_key not in owner_of]:
+            while vanished := [r for r in rows if r.idem_key and (r.type, r.idem_key) not in owner_of]:
                 tries += 1
                 if tries > _KEY_RETRIES:  # rolled back: nothing is committed behind this error
                     raise StoreUnavailable("idempotency keys changed hands during the enqueue; try again")
                 await tx.insert_new_jobs([r.new_job_values() for r in vanished])
-                owner_of.update(await _owners_of_keys(tx, {r.idem_key for r in vanished if r.idem_key}))
+                owner_of.update(await _owners_of_keys(tx, {(r.type, r.idem_key) for r in vanished}))
         out = []
         for r in rows:
             if r.idem_key:
-                existing = owner_of[r.idem_key]
+                existing = owner_of[(r.type, r.idem_key)]
                 out.append((existing, existing == r.id))
             else:
                 out.append((r.id, True))
@@ -340,10 +346,10 @@ class Store(ScheduleQueries, abc.ABC):
         return [JobRow.from_row(r) for r in rows]
 
     async def dead_counts(self) -> dict[tuple[str, int], int]:
+        """Dead jobs per (type, priority): a row per queue that the triggers of migration 0006 keep
+        with every status change, so the cost does not grow with the dead-letter queue."""
         async with self.transaction() as tx:
-            rows = await tx.execute(
-                "SELECT type, priority, COUNT(*) FROM jobs WHERE status = 'dead' GROUP BY type, priority"
-            )
+            rows = await tx.execute("SELECT type, priority, n FROM dead_counts WHERE n > 0")
         return {(r[0], int(r[1])): int(r[2]) for r in rows}
 
     async def requeue_dead(self, ids: Sequence[str], run_at: int) -> None:
@@ -403,5 +409,24 @@ def _migration_for(name: str, backend: str) -> bool:
 
 
 def _statements(script: str) -> list[str]:
+    """The statements of a migration, split at semicolons, except those inside a $$-quoted function
+    body (PostgreSQL) or a trigger's BEGIN ... END (SQLite)."""
     lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    out: list[str] = []
+    pending = ""
+    for piece in "\n".join(lines).split(";"):
+        pending = f"{pending};{piece}" if pending else piece
+        if pending.count("$$") % 2 or _open_trigger_body(pending):
+            continue
+        if pending.strip():
+            out.append(pending.strip())
+        pending = ""
+    if pending.strip():
+        out.append(pending.strip())
+    return out
+
+
+def _open_trigger_body(statement: str) -> bool:
+    words = statement.split()
+    is_trigger = [w.upper() for w in words[:2]] == ["CREATE", "TRIGGER"]
+    return is_trigger and "BEGIN" in (w.upper() for w in words) and words[-1].upper() != "END"

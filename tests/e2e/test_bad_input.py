@@ -20,6 +20,8 @@ import redis
 
 from dispatcher._pb import shardq_pb2 as pb
 from dispatcher._pb import shardq_pb2_grpc as pb_grpc
+from dispatcher.records import JobRecord
+from dispatcher.states import JobState, Priority
 from tests.support.processes import ROOT, read_ledger
 from tests.support.snapshots import count_jobs, db_digest, db_status, redis_digest
 from tests.support.wait import wait_until
@@ -190,6 +192,34 @@ CATALOGUE["ShardService/PushJobs"] = [
         pb.PushJobsRequest(shard=0, jobs=[pb.PushedJob(id="x", record=b"\x80")]),
         ("jobs[0].record",),
     ),
+]
+
+
+def pushed(job_type: str = "other", payload: bytes = b"{}", **fields: Any) -> pb.PushJobsRequest:
+    """A hand-off of one new job to shard 0 (the type "other" hashes to shard 0 of 8)."""
+    values: dict[str, Any] = {
+        "type": job_type,
+        "priority": Priority.DEFAULT,
+        "state": JobState.DELAYED,
+        "run_at_ms": 1_800_000_000_000,
+        "enqueued_at_ms": 1_800_000_000_000,
+        "max_attempts": 5,
+        "lease_ttl_ms": 60_000,
+        **fields,
+    }
+    record = JobRecord(**values).pack()
+    return pb.PushJobsRequest(shard=0, jobs=[pb.PushedJob(id="pushed-1", record=record, payload=payload)])
+
+
+CATALOGUE["ShardService/PushJobs"] += [
+    ("a job whose type is of another shard", pushed("noop"), ("jobs[0]", "shard")),
+    ("a record with a bad type", pushed("bad type"), ("jobs[0]", "type")),
+    ("a payload of 1 MiB + 1 byte", pushed(payload=b"x" * (MiB + 1)), ("jobs[0].payload",)),
+    ("a record with lease TTL 0", pushed(lease_ttl_ms=0), ("jobs[0]", "lease_ttl_ms")),
+    ("a record with max_attempts 0", pushed(max_attempts=0), ("jobs[0]", "max_attempts")),
+    ("a record already leased", pushed(state=JobState.LEASED, token="t", attempts=1), ("jobs[0]", "record")),
+    ("a record with a run_at of 0", pushed(run_at_ms=0), ("jobs[0]", "run_at")),
+    ("a 201-character idempotency key", pushed(idempotency_key="k" * 201), ("jobs[0]", "idempotency_key")),
 ]
 
 
@@ -563,6 +593,46 @@ def test_worker_stream_bad_input(dispatcher, redis_url, start_worker, ledger):
                 "a heartbeat with a 65-character job id",
                 [{"hello": hello()}, {"heartbeat": pb.Heartbeat(leases=[ref(job_id="a" * 65)])}],
                 "job_id",
+                ["welcome"],
+            ),
+            # Counts: the most a message may carry (SHARDQ_MAX_WORKER_TYPES, SHARDQ_MAX_LEASE_REFS) + 1.
+            (
+                "hello with 1,001 job types",
+                [{"hello": hello(job_types=tuple(f"t{i}" for i in range(1001)))}],
+                "hello.job_types",
+                [],
+            ),
+            (
+                "hello holding 10,001 leases",
+                [{"hello": hello(held=[ref(job_id=f"j{i}") for i in range(10_001)])}],
+                "hello.held",
+                [],
+            ),
+            (
+                "a heartbeat of 10,001 leases",
+                [
+                    {"hello": hello()},
+                    {"heartbeat": pb.Heartbeat(leases=[ref(job_id=f"j{i}") for i in range(10_001)])},
+                ],
+                "heartbeat.leases",
+                ["welcome"],
+            ),
+            (
+                "10,001 acks",
+                [
+                    {"hello": hello()},
+                    {"acks": pb.Acks(acks=[pb.Ack(lease=ref(job_id=f"j{i}")) for i in range(10_001)])},
+                ],
+                "acks",
+                ["welcome"],
+            ),
+            (
+                "10,001 nacks",
+                [
+                    {"hello": hello()},
+                    {"nacks": pb.Nacks(nacks=[pb.Nack(lease=ref(job_id=f"j{i}")) for i in range(10_001)])},
+                ],
+                "nacks",
                 ["welcome"],
             ),
         ]
