@@ -26,7 +26,7 @@ from .reconciler import Reconciler
 from .redis_faults import note_redis_error
 from .scheduler import Scheduler
 from .sessions import RESULTS_GRACE_S, SessionRegistry, WorkerSession
-from .states import JobState, Priority
+from .states import CancelCode, EnqueueCode, JobState, Priority
 from .status_writer import LEASE_EXPIRED_ERROR, StatusWriter, returned_update, transition_update
 from .store import Store
 from .tls import ChannelSecurity
@@ -223,13 +223,13 @@ class Dispatcher:
         Returns its status after: "cancelled", "leased" (running, will not be retried) or the
         terminal status it already had."""
         outcome = await self.working_set.cancel(shard, job_id, job_type, Priority(priority), wall_ms())
-        if outcome.code == 1:
+        if outcome.code is CancelCode.CANCELLED:
             self.writer.record(
                 shard, transition_update(Transition(job_id, shard, JobState.CANCELLED), wall_ms())
             )
             await self.writer.flush()
             return "cancelled"
-        if outcome.code == 2:
+        if outcome.code is CancelCode.RUNNING:
             holder = self.sessions.holders.get(job_id)
             if holder is not None:
                 grant = holder.withdraw(job_id)
@@ -240,7 +240,7 @@ class Dispatcher:
                 ref = pb.LeaseRef(job_id=job_id, token=outcome.token, shard=shard)
                 holder.send(pb.DispatcherMessage(cancel=pb.Cancel(ref=ref)))
             return "leased"
-        if outcome.code == 3:
+        if outcome.code is CancelCode.FINISHED:
             return str(outcome.state)
         if db_status in ("succeeded", "dead", "cancelled"):
             return db_status
@@ -336,10 +336,10 @@ class Dispatcher:
 
     def _on_pushed(self, shard: int, placed: list[tuple[NewJob, int]]) -> None:
         self.counters["enqueued"] += len(placed)
-        ready = {(job.record.type, int(job.record.priority)) for job, p in placed if p == 1}
+        ready = {(job.record.type, int(job.record.priority)) for job, p in placed if p == EnqueueCode.READY}
         if ready:
             self.sessions.notify_ready(shard, ready)
-        delayed = [job.record.run_at_ms for job, p in placed if p == 2]
+        delayed = [job.record.run_at_ms for job, p in placed if p == EnqueueCode.DELAYED]
         if delayed:
             self.wake_promoter(shard, min(delayed))
 

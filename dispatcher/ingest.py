@@ -184,7 +184,7 @@ class Ingestor:
     async def enqueue(self, jobs: Sequence[ValidJob], now: int) -> list[tuple[str, bool]]:
         shards = {t: shard_for(t, self.shard_count) for t in {j.type for j in jobs}}
         delayed, ready = JobState.DELAYED.value, JobState.READY.value
-        # Positional: 21 keyword arguments cost three times as much a row (1,000 rows 1.08 -> 0.38 ms).
+        # Positional: binding 21 keyword arguments costs several times the row itself.
         rows = [
             JobRow(
                 job_id,  # id

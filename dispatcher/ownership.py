@@ -17,6 +17,7 @@ import structlog
 
 from .clock import steady_ms
 from .errors import NotOwner
+from .states import AcquireCode
 from .store import Store
 from .working_set import WorkingSet
 
@@ -73,10 +74,15 @@ class Ownership:
             result = await self.working_set.acquire(shard, epoch, self.owner_id, now, now + self.ttl_ms)
         except NotOwner:
             return None  # a newer epoch exists in Redis: somebody else took it meanwhile
-        if result == -2:
+        if result is AcquireCode.HELD:
             return None
         self.epochs[shard] = epoch
-        log.info("shard acquired", shard=shard, epoch=epoch, redis_had_lost_it=result == 1)
+        log.info(
+            "shard acquired",
+            shard=shard,
+            epoch=epoch,
+            redis_had_lost_it=result is AcquireCode.ACQUIRED_UNKNOWN,
+        )
         return epoch
 
     async def acquire_all(self, shards: Iterable[int]) -> None:

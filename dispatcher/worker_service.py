@@ -17,6 +17,7 @@ from .clock import steady_ms, wall_ms
 from .errors import REDIS_ERRORS, DispatcherError, InvalidArgument, Unavailable
 from .redis_faults import note_redis_error
 from .sessions import RESULTS_GRACE_S, WorkerSession
+from .states import ExtendCode
 from .status_writer import transition_update
 from .working_set import NackSpec
 
@@ -186,7 +187,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             )
             for (job_id, token, _), deadline in zip(group, results, strict=True):
                 ref = pb.LeaseRef(job_id=job_id, token=token, shard=shard)
-                if deadline == 0:
+                if deadline == ExtendCode.REJECTED:
                     session.forget(job_id)
                     rejected.append(pb.LeaseRejected(ref=ref, reason="lease no longer valid"))
                     continue

@@ -13,9 +13,26 @@ from .errors import NotOwner
 from .keys import ShardKeys
 from .records import JobRecord
 from .scripting import Scripts
-from .states import PRIORITIES, DeadReason, JobState, Priority
+from .states import (
+    PRIORITIES,
+    AckCode,
+    AcquireCode,
+    CancelCode,
+    DeadReason,
+    EpochCode,
+    FenceCode,
+    JobState,
+    PeekCode,
+    Priority,
+    RetryCode,
+    ReturnCode,
+)
 
-_OUTCOMES = {1: JobState.DELAYED, 2: JobState.DEAD, 3: JobState.CANCELLED}
+_OUTCOMES = {
+    RetryCode.DELAYED: JobState.DELAYED,
+    RetryCode.DEAD: JobState.DEAD,
+    RetryCode.CANCELLED: JobState.CANCELLED,
+}
 # Most leases one extend, ack or retry script call handles: a worker's message may name thousands,
 # and a script holds Redis (every shard's callers) until it returns.
 SCRIPT_BATCH = 1000
@@ -26,8 +43,8 @@ def _s(value: Any) -> str:
 
 
 # The value objects made once or more per job (here and in store/base.py) are slotted, not frozen:
-# a frozen dataclass sets each field through object.__setattr__, 4-5x the cost of building it
-# (1.7 vs 0.35 us for a Grant). Nothing changes them once made.
+# a frozen dataclass sets each field through object.__setattr__, which costs several times the
+# building itself. Nothing changes them once made.
 @dataclass(slots=True)
 class NewJob:
     id: str
@@ -96,16 +113,24 @@ class NackSpec:
 
 @dataclass(frozen=True)
 class CancelOutcome:
-    code: int  # 0 not in Redis, 1 cancelled, 2 running (flagged), 3 already terminal
+    code: CancelCode
     state: str
     token: str
 
 
-_RETURNED_AS = {1: JobState.READY, 2: JobState.CANCELLED}  # return_leases.lua's outcomes
+_RETURNED_AS = {ReturnCode.READY: JobState.READY, ReturnCode.CANCELLED: JobState.CANCELLED}
+# Entries per job in the flat replies of these scripts (see each script's header).
+_PEEK_ENTRIES = 3
+_LEASE_ENTRIES = 12
+_ACK_ENTRIES = 4
+_RETRY_ENTRIES = 6
+_REAP_ENTRIES = 7
+_RETURN_ENTRIES = 2
+_FINISHED_ENTRIES = 3
 
 
 def _check_owner(result: Any, shard: int) -> None:
-    if isinstance(result, int) and result == -1:
+    if isinstance(result, int) and result == FenceCode.NOT_OWNER:
         raise NotOwner(f"not the owner of shard {shard} (stale epoch or shard lost)")
 
 
@@ -117,7 +142,8 @@ class WorkingSet:
     # -- enqueue and promotion -------------------------------------------------
 
     async def enqueue(self, shard: int, epoch: int, now: int, jobs: Sequence[NewJob]) -> list[int]:
-        """Returns per job 0 (skipped: already present, or cancelled meanwhile), 1 (ready) or 2 (delayed)."""
+        """Returns per job an EnqueueCode: SKIPPED (already present, or cancelled meanwhile), READY or
+        DELAYED (plain ints: the caller compares them with the members, no enum made per job)."""
         k = ShardKeys(shard)
         groups: dict[tuple[str, int], int] = {}  # (type, class) -> 1-based group
         job_args: list[Any] = []
@@ -151,10 +177,10 @@ class WorkingSet:
         _check_owner(reply, shard)
         ids: list[str] = []
         ready: list[tuple[str, int] | None] = []
-        for i in range(1, len(reply), 3):
+        for i in range(1, len(reply), _PEEK_ENTRIES):
             prio = int(reply[i + 2])
             ids.append(_s(reply[i]))
-            ready.append((_s(reply[i + 1]), prio) if prio >= 0 else None)
+            ready.append((_s(reply[i + 1]), prio) if prio != PeekCode.NONE else None)
         return DueJobs(int(reply[0]), ids, ready)
 
     async def promote_listed(self, shard: int, epoch: int, now: int, due: DueJobs) -> Promotion:
@@ -208,7 +234,7 @@ class WorkingSet:
         _check_owner(result, shard)
         unfilled = [PRIORITIES[int(c)] for c in _s(result[-1])]
         grants = []
-        for i in range(0, len(result) - 1, 12):
+        for i in range(0, len(result) - 1, _LEASE_ENTRIES):
             (
                 job_id,
                 token,
@@ -222,7 +248,7 @@ class WorkingSet:
                 run_at,
                 enqueued,
                 payload,
-            ) = result[i : i + 12]
+            ) = result[i : i + _LEASE_ENTRIES]
             grants.append(
                 Grant(
                     job_id.decode(),
@@ -245,7 +271,7 @@ class WorkingSet:
     async def extend(
         self, shard: int, now: int, refs: Sequence[tuple[str, str]], holder: str = ""
     ) -> list[int]:
-        """Per (id, token): new deadline, 0 if rejected, negative deadline if cancel was requested.
+        """Per (id, token): new deadline, ExtendCode.REJECTED, negative deadline if cancel was requested.
         A ``holder`` (a reclaim) makes that worker stream the holder of the leases extended."""
         k = ShardKeys(shard)
         out: list[int] = []
@@ -281,8 +307,9 @@ class WorkingSet:
         r = await self.scripts.return_leases(keys=keys, args=args)
         out: list[Transition | None] = []
         for n, (job_id, *_) in enumerate(leases):
-            state = _RETURNED_AS.get(int(r[2 * n]))
-            out.append(Transition(job_id, shard, state, attempts=int(r[2 * n + 1])) if state else None)
+            i = n * _RETURN_ENTRIES
+            state = _RETURNED_AS.get(int(r[i]))  # None: ReturnCode.STALE
+            out.append(Transition(job_id, shard, state, attempts=int(r[i + 1])) if state else None)
         return out
 
     async def ack(
@@ -308,10 +335,11 @@ class WorkingSet:
         r = await self.scripts.ack(keys=[k.jobs, k.payloads, k.leased, k.counts, k.results], args=args)
         out: list[Transition | None] = []
         for n, (job_id, _) in enumerate(refs):
-            ok, attempts, failures, expirations = (int(x) for x in r[n * 4 : n * 4 + 4])
+            i = n * _ACK_ENTRIES
+            code, attempts, failures, expirations = (int(x) for x in r[i : i + _ACK_ENTRIES])
             out.append(
                 Transition(job_id, shard, JobState.SUCCEEDED, now, attempts, failures, expirations)
-                if ok
+                if code == AckCode.SUCCEEDED
                 else None
             )
         return out
@@ -331,8 +359,9 @@ class WorkingSet:
         r = await self.scripts.retry(keys=[k.jobs, k.payloads, k.leased, k.delayed, k.counts], args=args)
         out: list[Transition | None] = []
         for i, n in enumerate(nacks):
-            outcome, run_at, attempts, failures, expirations, reason = r[i * 6 : i * 6 + 6]
-            if int(outcome) == 0:
+            j = i * _RETRY_ENTRIES
+            outcome, run_at, attempts, failures, expirations, reason = r[j : j + _RETRY_ENTRIES]
+            if int(outcome) == RetryCode.STALE:
                 out.append(None)
                 continue
             out.append(
@@ -379,7 +408,7 @@ class WorkingSet:
         )
         _check_owner(r, shard)
         out = []
-        for i in range(1, len(r), 7):
+        for i in range(1, len(r), _REAP_ENTRIES):
             state = _OUTCOMES[int(r[i + 1])]
             out.append(
                 Transition(
@@ -404,7 +433,7 @@ class WorkingSet:
         k = ShardKeys(shard)
         keys = [k.jobs, k.payloads, k.delayed, k.ready(job_type, priority), k.counts, k.cancelled_unqueued]
         r = await self.scripts.cancel(keys=keys, args=[job_id, now])
-        return CancelOutcome(int(r[0]), _s(r[1]), _s(r[2]))
+        return CancelOutcome(CancelCode(int(r[0])), _s(r[1]), _s(r[2]))
 
     async def restore(self, shard: int, epoch: int, mode: str, jobs: Iterable[NewJob]) -> int:
         k = ShardKeys(shard)
@@ -430,21 +459,28 @@ class WorkingSet:
         with the result it was acked with (None: none)."""
         k = ShardKeys(shard)
         r = await self.scripts.finished_jobs(keys=[k.jobs, k.results], args=list(ids))
-        return [(_s(r[i]), JobRecord.unpack(r[i + 1]), r[i + 2] or None) for i in range(0, len(r), 3)]
+        return [
+            (_s(r[i]), JobRecord.unpack(r[i + 1]), r[i + 2] or None)
+            for i in range(0, len(r), _FINISHED_ENTRIES)
+        ]
 
-    async def acquire(self, shard: int, epoch: int, owner: str, now: int, until: int) -> int:
-        """0 acquired, 1 acquired a shard Redis did not know (reconcile it), -2 another owner holds
-        an unexpired lease; raises NotOwner when the shard already has an equal or higher epoch."""
+    async def acquire(self, shard: int, epoch: int, owner: str, now: int, until: int) -> AcquireCode:
+        """ACQUIRED, ACQUIRED_UNKNOWN (a shard Redis did not know: reconcile it) or HELD (another
+        owner holds an unexpired lease); raises NotOwner when the shard already has an equal or
+        higher epoch."""
         r = await self.scripts.acquire_shard(keys=[ShardKeys(shard).meta], args=[epoch, owner, now, until])
-        if int(r[0]) == -1:
+        code = AcquireCode(int(r[0]))
+        if code is AcquireCode.STALE_EPOCH:
             raise NotOwner(f"shard {shard} already has epoch {_s(r[1])} >= {epoch}")
-        return int(r[0])
+        return code
 
     async def renew(self, shard: int, epoch: int, until: int) -> bool:
-        return bool(await self.scripts.renew_shard(keys=[ShardKeys(shard).meta], args=[epoch, until]))
+        r = await self.scripts.renew_shard(keys=[ShardKeys(shard).meta], args=[epoch, until])
+        return int(r) == EpochCode.CURRENT
 
     async def release(self, shard: int, epoch: int) -> bool:
-        return bool(await self.scripts.release_shard(keys=[ShardKeys(shard).meta], args=[epoch]))
+        r = await self.scripts.release_shard(keys=[ShardKeys(shard).meta], args=[epoch])
+        return int(r) == EpochCode.CURRENT
 
     async def metas(self, shards: Sequence[int]) -> dict[int, tuple[str, int, int]]:
         """shard -> (owner, epoch, lease until) for the shards whose meta exists, in one round trip."""

@@ -28,8 +28,8 @@ REASONS = {
     "no_handler": pb.DEAD_REASON_NO_HANDLER,
 }
 REASON_NAMES = {v: k for k, v in REASONS.items()}
-# json.dumps with any non-default option builds a new encoder per call; one shared encoder is about
-# a third cheaper on a small payload.
+# json.dumps with any non-default option builds a new encoder per call, a cost that shows on a
+# small payload: one encoder is shared.
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 

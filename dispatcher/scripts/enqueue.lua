@@ -6,15 +6,15 @@ Input:
   then per job: id, packed record (its state already 'ready' when run_at <= now, else 'delayed'),
   payload, group (1-based), run_at (ms)
 Output:
-  -1 not owner (stale epoch or shard lost)
-  otherwise a table with one entry per job: 0 skipped (already present, or cancelled before its
-  push arrived: an enqueue is acknowledged once committed, and its id may be cancelled before
-  then), 1 ready, 2 delayed
+  FENCE.NOT_OWNER (stale epoch or shard lost)
+  otherwise a table with one entry per job: ENQUEUE.SKIPPED (already present, or cancelled before
+  its push arrived: an enqueue is acknowledged once committed, and its id may be cancelled before
+  then), ENQUEUE.READY or ENQUEUE.DELAYED
 The writes are gathered and made once per batch (one HSET of all records, one ZADD per set, one
 count per group and state), which is most of the cost of a large batch.
 ]]
 --- @include "record"
-if not owns(KEYS[1], ARGV[1]) then return -1 end
+if not owns(KEYS[1], ARGV[1]) then return FENCE.NOT_OWNER end
 local now = tonumber(ARGV[2])
 local ngroups = tonumber(ARGV[3])
 local first = 4 + 2 * ngroups
@@ -39,7 +39,7 @@ local seen = {}
 for n, id in ipairs(ids) do
   local i = first + 5 * (n - 1)
   if seen[id] or present[n] then
-    out[#out + 1] = 0
+    out[#out + 1] = ENQUEUE.SKIPPED
   else
     seen[id] = true
     local g = tonumber(ARGV[i + 3])
@@ -50,11 +50,11 @@ for n, id in ipairs(ids) do
     if run_at <= now then
       ready[#ready + 1] = g; ready[#ready + 1] = id
       added[g].ready = added[g].ready + 1
-      out[#out + 1] = 1
+      out[#out + 1] = ENQUEUE.READY
     else
       delayed[#delayed + 1] = ARGV[i + 4]; delayed[#delayed + 1] = id
       added[g].delayed = added[g].delayed + 1
-      out[#out + 1] = 2
+      out[#out + 1] = ENQUEUE.DELAYED
     end
   end
 end
@@ -76,7 +76,7 @@ for g, args in pairs(scored) do batched('ZADD', KEYS[8 + g], args) end
 for g, n in pairs(added) do
   local job_type, class = ARGV[2 + 2 * g], ARGV[3 + 2 * g]
   redis.call('SADD', KEYS[7], job_type)
-  add_counts(KEYS[5], job_type, class, 'ready', n.ready)
-  add_counts(KEYS[5], job_type, class, 'delayed', n.delayed)
+  add_counts(KEYS[5], job_type, class, STATE.READY, n.ready)
+  add_counts(KEYS[5], job_type, class, STATE.DELAYED, n.delayed)
 end
 return out

@@ -2,7 +2,8 @@
 Input:  KEYS[1] jobs, KEYS[2] leased; ARGV[1] now (ms), ARGV[2] holder: the id of the stream that
         reclaims these leases and holds them from now on ('' for a heartbeat: the holder stays),
         then pairs: id, token
-Output: per pair: the new deadline, or 0 when the token does not hold the lease (stale, finished, unknown)
+Output: per pair: the new deadline, or EXTEND.REJECTED when the token does not hold the lease (stale,
+        finished, unknown)
         and -deadline when the job was cancelled while running (the worker should stop it)
 ]]
 --- @include "record"
@@ -19,7 +20,7 @@ for i = 3, #ARGV, 2 do
     redis.call('ZADD', KEYS[2], rec.d, id)
     out[#out + 1] = rec.c and -rec.d or rec.d
   else
-    out[#out + 1] = 0
+    out[#out + 1] = EXTEND.REJECTED
   end
 end
 return out

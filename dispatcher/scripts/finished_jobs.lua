@@ -4,11 +4,11 @@ is how its successor learns the DB row is behind.
 Input:  KEYS[1] jobs, KEYS[2] results; ARGV: ids
 Output: per finished job 3 entries: id, packed record, result ('' for none)
 ]]
-local FINISHED = {succeeded = true, dead = true, cancelled = true}
+--- @include "codes"
 local out = {}
 for _, id in ipairs(ARGV) do
   local raw = redis.call('HGET', KEYS[1], id)
-  if raw and FINISHED[cmsgpack.unpack(raw).s] then
+  if raw and TERMINAL[cmsgpack.unpack(raw).s] then
     local n = #out
     out[n + 1] = id
     out[n + 2] = raw

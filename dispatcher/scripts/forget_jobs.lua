@@ -7,7 +7,7 @@ local raws = read_many(KEYS[1], ARGV)
 local finished = {}
 for n, id in ipairs(ARGV) do
   local rec = raws[n] and cmsgpack.unpack(raws[n])
-  if rec and (rec.s == 'succeeded' or rec.s == 'cancelled' or rec.s == 'dead') then
+  if rec and TERMINAL[rec.s] then
     finished[#finished + 1] = id
   end
 end

@@ -10,7 +10,7 @@ Input:
   ARGV[7] holder: the id of the worker stream the leases go to ('' or absent: none recorded); the
           clean-up of that stream shortens only the leases it still holds
 Output:
-  -1 not owner
+  FENCE.NOT_OWNER
   otherwise a flat table, 12 entries per lease:
     id, token, class, type, attempt, max_attempts, deadline, ttl, idempotency key, run_at, enqueued_at,
     payload
@@ -19,7 +19,7 @@ The ready sets are read a page at a time and written once for the batch, as are 
 leased set and the counts.
 ]]
 --- @include "record"
-if not owns(KEYS[1], ARGV[1]) then return -1 end
+if not owns(KEYS[1], ARGV[1]) then return FENCE.NOT_OWNER end
 local now = tonumber(ARGV[2])
 local ntypes = tonumber(ARGV[3])
 local picks = ARGV[4]
@@ -97,10 +97,10 @@ if #chosen > 0 then
   local raws = read_many(KEYS[2], ids)
   local payloads = read_many(KEYS[3], ids)
   local records, leased = {}, {}
-  local moved = {}  -- type -> class -> leases
+  local granted, grants = {}, {}  -- ids and records
   for n, id in ipairs(ids) do
     local rec = raws[n] and cmsgpack.unpack(raws[n])
-    if rec and rec.s == 'ready' then
+    if rec and rec.s == STATE.READY then
       -- epoch (unique after Redis loses data) : serial (unique in the shard) : nonce (unguessable, so
       -- holding a token proves the lease was handed to you)
       local token = ARGV[1] .. ':' .. (serial + n) .. ':' .. ARGV[6]
@@ -108,10 +108,8 @@ if #chosen > 0 then
       rec.k = token
       rec.o = holder
       rec.d = now + rec.l
-      rec.s = 'leased'
-      moved[rec.t] = moved[rec.t] or {}
-      moved[rec.t][rec.p] = (moved[rec.t][rec.p] or 0) + 1
-      records[#records + 1] = id; records[#records + 1] = cmsgpack.pack(rec)
+      granted[#granted + 1] = id
+      grants[#grants + 1] = rec
       leased[#leased + 1] = rec.d; leased[#leased + 1] = id
       local k = #out
       out[k + 1] = id; out[k + 2] = token; out[k + 3] = chosen[2 * n]; out[k + 4] = rec.t
@@ -120,14 +118,12 @@ if #chosen > 0 then
       out[k + 12] = payloads[n] or ''
     end
   end
+  set_states(KEYS[5], grants, STATE.READY, STATE.LEASED)
+  for n, id in ipairs(granted) do
+    records[#records + 1] = id; records[#records + 1] = cmsgpack.pack(grants[n])
+  end
   batched('HSET', KEYS[2], records)
   batched('ZADD', KEYS[4], leased)
-  for job_type, classes in pairs(moved) do
-    for class, n in pairs(classes) do
-      add_counts(KEYS[5], job_type, class, 'ready', -n)
-      add_counts(KEYS[5], job_type, class, 'leased', n)
-    end
-  end
 end
 out[#out + 1] = table.concat(unfilled)
 return out

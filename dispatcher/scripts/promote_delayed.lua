@@ -4,11 +4,11 @@ Input:
   ARGV[1] epoch, ARGV[2] now (ms), then pairs: id, ready key index (1-based into KEYS[6..]; 0: drop orphan)
   Each id is re-checked: still delayed, score <= now. Others are skipped.
 Output:
-  -1 not owner
+  FENCE.NOT_OWNER
   otherwise {promoted count, next due score or -1}
 ]]
 --- @include "record"
-if not owns(KEYS[1], ARGV[1]) then return -1 end
+if not owns(KEYS[1], ARGV[1]) then return FENCE.NOT_OWNER end
 local now = tonumber(ARGV[2])
 local promoted = 0
 for i = 3, #ARGV, 2 do
@@ -17,8 +17,8 @@ for i = 3, #ARGV, 2 do
   if score and tonumber(score) <= now then
     local rec = load_job(KEYS[2], id)
     redis.call('ZREM', KEYS[3], id)
-    if rec and rec.s == 'delayed' and tonumber(ARGV[i + 1]) > 0 then
-      set_state(KEYS[4], rec, 'ready')
+    if rec and rec.s == STATE.DELAYED and tonumber(ARGV[i + 1]) > 0 then
+      set_state(KEYS[4], rec, STATE.READY)
       save_job(KEYS[2], id, rec)
       redis.call('ZADD', KEYS[5 + tonumber(ARGV[i + 1])], redis.call('INCR', KEYS[5]), id)
       promoted = promoted + 1

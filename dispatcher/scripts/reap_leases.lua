@@ -6,38 +6,39 @@ Input:
   deadlines are compared with ARGV[2] (the dispatchers' steady clock), the retry's run_at is
   ARGV[9] + backoff (run_at is wall time, like the delayed set's other scores)
 Output:
-  -1 not owner
-  otherwise {next deadline or -1, then per expired job 7 entries: id, outcome (1 delayed, 2 dead,
-  3 cancelled), run_at, attempts, failures, expirations, type}
+  FENCE.NOT_OWNER
+  otherwise {next deadline or -1, then per expired job 7 entries: id, outcome (RETRY.DELAYED,
+  RETRY.DEAD or RETRY.CANCELLED), run_at, attempts, failures, expirations, type}
 ]]
 --- @include "record"
 --- @include "retry_or_dead"
-if not owns(KEYS[1], ARGV[1]) then return -1 end
+if not owns(KEYS[1], ARGV[1]) then return FENCE.NOT_OWNER end
 local now = tonumber(ARGV[2])
 local policy = {base = tonumber(ARGV[4]), cap = tonumber(ARGV[5]), jitter = tonumber(ARGV[6]),
                 count_expirations = ARGV[7] == '1'}
 local rand = tonumber(ARGV[8])
 local wall_now = tonumber(ARGV[9] or ARGV[2])
-local OUTCOME = {delayed = 1, dead = 2, cancelled = 3}
+local OUTCOME = {[STATE.DELAYED] = RETRY.DELAYED, [STATE.DEAD] = RETRY.DEAD,
+                 [STATE.CANCELLED] = RETRY.CANCELLED}
 local out = {-1}
 local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
 for n, id in ipairs(ids) do
   redis.call('ZREM', KEYS[4], id)
   local rec = load_job(KEYS[2], id)
-  if rec and rec.s == 'leased' then
+  if rec and rec.s == STATE.LEASED then
     rec.x = (rec.x or 0) + 1
     local u = (rand + n * 0.6180339887) % 1
-    local state, run_at = retry_or_dead(rec, wall_now, policy, 'lease_expired', -1, u)
+    local state, run_at = retry_or_dead(rec, wall_now, policy, REASON.LEASE_EXPIRED, -1, u)
     rec.k = nil
     rec.o = nil
     rec.d = nil
     set_state(KEYS[6], rec, state)
-    if state == 'delayed' then
+    if state == STATE.DELAYED then
       rec.r = run_at
       redis.call('ZADD', KEYS[5], run_at, id)
     else
       redis.call('HDEL', KEYS[3], id)
-      if state == 'dead' then rec.z = 'lease_expired' end
+      if state == STATE.DEAD then rec.z = REASON.LEASE_EXPIRED end
     end
     save_job(KEYS[2], id, rec)
     local k = #out

@@ -1,7 +1,8 @@
 --[[ Extend the ownership lease of a shard this caller still owns.
 Input:  KEYS[1] meta; ARGV[1] epoch, ARGV[2] lease until (ms)
-Output: 1 renewed; 0 the epoch changed (the shard was taken over, or Redis lost it)
+Output: EPOCH.CURRENT renewed; EPOCH.CHANGED the epoch changed (the shard was taken over, or Redis lost it)
 ]]
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+--- @include "codes"
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return EPOCH.CHANGED end
 redis.call('HSET', KEYS[1], 'until', ARGV[2])
-return 1
+return EPOCH.CURRENT

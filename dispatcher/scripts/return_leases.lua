@@ -5,7 +5,8 @@ the shard's seq like any job becoming ready: scores stay unique across a shard's
 lease script's oldest-first pick between types relies on (its lead was at most lease_ahead_ms).
 Input:  KEYS[1] jobs, KEYS[2] payloads, KEYS[3] leased, KEYS[4] counts, KEYS[5] seq, KEYS[6..] ready sets
         ARGV: triples id, token, ready key index (1-based into KEYS[6..]: the set of its type and class)
-Output: per triple 2 entries: outcome (0 stale token, 1 ready again, 2 cancelled), attempts
+Output: per triple 2 entries: outcome (RETURN.STALE: the token does not hold the lease, RETURN.READY
+        again, RETURN.CANCELLED), attempts
 ]]
 --- @include "record"
 local out = {}
@@ -19,18 +20,17 @@ for i = 1, #ARGV, 3 do
     rec.d = nil
     rec.a = rec.a - 1
     if rec.c then
-      set_state(KEYS[4], rec, 'cancelled')
+      set_state(KEYS[4], rec, STATE.CANCELLED)
       redis.call('HDEL', KEYS[2], id)
     else
-      set_state(KEYS[4], rec, 'ready')
+      set_state(KEYS[4], rec, STATE.READY)
       redis.call('ZADD', KEYS[5 + tonumber(ARGV[i + 2])], redis.call('INCR', KEYS[5]), id)
     end
     save_job(KEYS[1], id, rec)
-    out[#out + 1] = rec.c and 2 or 1
+    out[#out + 1] = rec.c and RETURN.CANCELLED or RETURN.READY
     out[#out + 1] = rec.a
   else
-    out[#out + 1] = 0
-    out[#out + 1] = 0
+    out[#out + 1] = RETURN.STALE; out[#out + 1] = 0
   end
 end
 return out

@@ -18,7 +18,10 @@ that need no model:
   again, a dead one only through ``restore(mode='requeue')``;
 * the counts hash equals the real cardinalities per (type, class, state);
 * a job leased at time t had run_at <= t;
-* with a stale fencing epoch, every fenced call raises NotOwner and changes nothing.
+* with a stale fencing epoch, every fenced call raises NotOwner and changes nothing;
+* every change of state a script makes is one of ``states.TRANSITIONS`` (each script call is
+  observed on its own, also inside a multi-call step), a record appears only delayed or ready and
+  goes only once terminal.
 
 The scripts take ``now`` from ARGV, so the machine owns the clock. WorkingSet is
 async: each machine runs its coroutines on one event loop of its own, so the test
@@ -28,6 +31,7 @@ itself is a plain synchronous test (no pytest-asyncio involvement).
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 from collections import Counter
@@ -52,7 +56,8 @@ from dispatcher.config import RetryPolicy
 from dispatcher.errors import NotOwner
 from dispatcher.keys import ShardKeys
 from dispatcher.records import JobRecord
-from dispatcher.states import ACTIVE, TERMINAL, DeadReason, JobState, Priority
+from dispatcher.scripting import LUA_CODE_TABLES, SCRIPT_NAMES, codes_include
+from dispatcher.states import ACTIVE, TERMINAL, TRANSITIONS, DeadReason, JobState, Priority
 from dispatcher.working_set import CancelOutcome, Grant, NackSpec, NewJob, Transition, WorkingSet
 from tests.support.redis_server import RedisServer
 
@@ -186,6 +191,8 @@ class LuaStateMachine(RuleBasedStateMachine):
         self.redis: Any = self.run(self._connect(port))
         self.ws = WorkingSet(self.redis)
         self.k = ShardKeys(SHARD)
+        for name in SCRIPT_NAMES:
+            setattr(self.ws.scripts, name, self._observed(getattr(self.ws.scripts, name)))
         self.now = T0
         self.epoch = 1
         self.stale_epochs: list[int] = []
@@ -209,6 +216,28 @@ class LuaStateMachine(RuleBasedStateMachine):
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
+
+    async def _states(self) -> dict[bytes, JobState]:
+        return {i: JobRecord.unpack(raw).state for i, raw in (await self.redis.hgetall(self.k.jobs)).items()}
+
+    def _observed(self, script: Any) -> Any:
+        """The script, checking that each call changes states only along TRANSITIONS."""
+
+        async def call(keys: list[Any], args: list[Any]) -> Any:
+            before = await self._states()
+            result = await script(keys=keys, args=args)
+            after = await self._states()
+            for job_id, state in after.items():
+                old = before.get(job_id)
+                if old is None:
+                    assert state in (DELAYED, READY), f"{job_id!r} appeared {state}"
+                elif old is not state:
+                    assert state in TRANSITIONS[old], f"{job_id!r}: {old} -> {state} is not in TRANSITIONS"
+            for job_id, old in before.items():
+                assert job_id in after or old in TERMINAL, f"{job_id!r} dropped while {old}"
+            return result
+
+        return call
 
     def teardown(self) -> None:
         try:
@@ -995,3 +1024,33 @@ def test_enqueue_counts_a_record_packed_with_a_state(redis_port: int) -> None:
         loop.close()
     # Two delayed jobs and one ready job; Redis reports delayed 0 (d1 +1, d2 -1 +1, r1 -1) and ready 1.
     assert counts == {("alpha", 1, "delayed"): 2, ("alpha", 1, "ready"): 1}
+
+
+def test_lua_reads_the_states_and_codes_python_defines(redis_port: int) -> None:
+    """The `codes` include, run by Redis, holds the values of the enums in dispatcher/states.py."""
+    tables = ["STATE", "REASON", *LUA_CODE_TABLES]
+    script = (
+        codes_include()
+        + "return cjson.encode({"
+        + ", ".join(f"{t} = {t}" for t in tables)
+        + ", ACTIVE = ACTIVE, TERMINAL = TERMINAL})"
+    )
+
+    async def scenario() -> Any:
+        client = aredis.Redis(host="127.0.0.1", port=redis_port)
+        try:
+            return json.loads(await client.eval(script, 0))
+        finally:
+            await client.aclose()
+
+    loop = asyncio.new_event_loop()
+    try:
+        lua = loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    assert lua["STATE"] == {m.name: m.value for m in JobState}
+    assert lua["REASON"] == {m.name: m.value for m in DeadReason}
+    for table, codes in LUA_CODE_TABLES.items():
+        assert lua[table] == {name: int(m) for name, m in codes.__members__.items()}, table
+    assert set(lua["ACTIVE"]) == {str(s) for s in ACTIVE}
+    assert set(lua["TERMINAL"]) == {str(s) for s in TERMINAL}
