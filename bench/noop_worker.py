@@ -17,7 +17,7 @@ def main() -> None:
     parser.add_argument("--types", default="noop")
     parser.add_argument("--concurrency", type=int, default=64)
     args = parser.parse_args()
-    serve({t: noop for t in args.types.split(",")}, target=args.target, concurrency=args.concurrency).run()
+    serve({t: noop for t in args.types.split(",")}, target=args.target, concurrency=args.concurrency)
 
 
 if __name__ == "__main__":

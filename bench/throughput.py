@@ -38,7 +38,7 @@ async def _ready(target: str, timeout: float = 30.0) -> None:
     while time.monotonic() < deadline:
         client = AsyncClient(target, timeout=1)
         try:
-            await client.version() if hasattr(client, "version") else await client.stats()
+            await client.version()
             return
         except Exception:
             await asyncio.sleep(0.1)

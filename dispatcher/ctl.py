@@ -12,8 +12,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from worker_sdk import Client, ShardqError
-from worker_sdk._convert import REASONS
+from worker_sdk import DEAD_REASONS, Client, JobInfo, ShardqError
 
 from . import ctl_schedules
 from .tables import table
@@ -64,7 +63,7 @@ def cmd_enqueue(client: Client, args: argparse.Namespace) -> Any:
     return {"job_id": job_id}, job_id
 
 
-def _job_rows(job: Any) -> list[tuple[str, Any]]:
+def _job_rows(job: JobInfo) -> list[tuple[str, Any]]:
     return [
         ("id", job.id),
         ("type", job.type),
@@ -87,7 +86,7 @@ def _job_rows(job: Any) -> list[tuple[str, Any]]:
     ]
 
 
-def _job_json(job: Any) -> dict[str, Any]:
+def _job_json(job: JobInfo) -> dict[str, Any]:
     data = asdict(job)
     data["payload"] = job.payload.decode(errors="replace")
     data["result"] = job.result.decode(errors="replace")
@@ -350,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = dlq.add_parser(name, help=help_text)
         p.add_argument("--type", help="only this job type")
-        p.add_argument("--reason", choices=sorted(REASONS), help="only this reason")
+        p.add_argument("--reason", choices=sorted(DEAD_REASONS), help="only this reason")
         if name == "list":
             p.add_argument("--limit", type=int, default=100)
         if name == "requeue":

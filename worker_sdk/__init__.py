@@ -4,23 +4,43 @@ from __future__ import annotations
 
 from ._client import AsyncClient, Client
 from ._context import JobContext
+from ._convert import (
+    DEAD_REASONS,
+    DispatcherInfo,
+    JobInfo,
+    QueueStats,
+    RebalancePlan,
+    ShardInfo,
+    ShardMap,
+    ShardMove,
+    VersionInfo,
+)
 from ._errors import InvalidArgumentError, NotFoundError, Retry, ShardqError, SkipRetry, UnavailableError
 from ._schedules import Schedule, ScheduleInfo
 from ._worker import Handler, Worker, serve
 
 __all__ = [
+    "DEAD_REASONS",
     "AsyncClient",
     "Client",
+    "DispatcherInfo",
     "Handler",
     "InvalidArgumentError",
     "JobContext",
+    "JobInfo",
     "NotFoundError",
+    "QueueStats",
+    "RebalancePlan",
     "Retry",
-    "ShardqError",
     "Schedule",
     "ScheduleInfo",
+    "ShardInfo",
+    "ShardMap",
+    "ShardMove",
+    "ShardqError",
     "SkipRetry",
     "UnavailableError",
+    "VersionInfo",
     "Worker",
     "serve",
 ]

@@ -6,7 +6,8 @@ import asyncio
 import os
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 import grpc
 
@@ -15,11 +16,15 @@ from dispatcher._pb import shardq_pb2_grpc as pb_grpc
 from dispatcher.errors import ConfigError
 from dispatcher.tls import ChannelSecurity
 
-from ._convert import STATUS_NAMES, JobInfo, QueueStats, dead_filter, job_spec
+from . import _calls as calls
+from ._calls import Call
+from ._convert import JobInfo, QueueStats, RebalancePlan, ShardMap, VersionInfo, job_spec
 from ._errors import from_rpc_error
 from ._pipelining import EnqueuePipeline
 from ._routing import OwnerRoutes
-from ._schedules import Schedule, ScheduleInfo, schedule_from
+from ._schedules import Schedule, ScheduleInfo
+
+T = TypeVar("T")
 
 DEFAULT_TARGET = "127.0.0.1:7070"
 CHANNEL_OPTIONS = [
@@ -59,71 +64,99 @@ def resolve_security(
         raise ValueError(str(exc)) from None
 
 
-def _specs(jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[pb.JobSpec]:
-    out = []
-    for job in jobs:
-        if isinstance(job, pb.JobSpec):
-            out.append(job)
-        else:
-            fields = dict(job)
-            out.append(job_spec(fields.pop("type"), fields.pop("payload", None), **fields))
-    return out
+def _stubs(channel: grpc.Channel | grpc.aio.Channel) -> dict[str, Any]:
+    return {
+        calls.JOBS: pb_grpc.JobServiceStub(channel),
+        calls.SHARDS: pb_grpc.ShardServiceStub(channel),
+        calls.SCHEDULES: pb_grpc.ScheduleServiceStub(channel),
+    }
 
 
-class Client:
+class _ClientOptions:
+    """What both clients are built from. ``token``, ``tls``, ``tls_ca``, ``tls_cert``, ``tls_key``,
+    ``tls_server_name``: see :func:`resolve_security` (defaults from SHARDQ_TOKEN and SHARDQ_TLS*)."""
+
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        timeout: float = 30.0,
+        route: bool = False,
+        token: str | None = None,
+        tls: bool | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        tls_server_name: str | None = None,
+    ) -> None:
+        self.target = resolve_target(target)
+        self.timeout = timeout
+        self.security = resolve_security(
+            token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+            tls_server_name=tls_server_name,
+        )  # fmt: skip
+        self._metadata = self.security.metadata
+        self._routes = OwnerRoutes(self.target) if route else None
+        self._open()
+
+    def _open(self) -> None:
+        raise NotImplementedError
+
+
+class Client(_ClientOptions):
     """Blocking client. ``enqueue`` returns once the job is committed to the dispatcher's database.
     Safe to share between threads.
 
+    ``target``: the dispatcher's address (default ``SHARDQ_TARGET`` or 127.0.0.1:7070); any
+    dispatcher of a cluster answers every call. ``timeout``: seconds each call may take.
     ``token``, ``tls``, ``tls_ca``, ``tls_cert``, ``tls_key``, ``tls_server_name``: see
     :func:`resolve_security` (defaults from SHARDQ_TOKEN and SHARDQ_TLS*). ``route=True`` sends each
     enqueue straight to the dispatcher process that owns the job type's shard (see ``_routing``).
     """
 
-    def __init__(
-        self, target: str | None = None, *, timeout: float = 30.0, route: bool = False, **security: Any
-    ) -> None:
-        self.target = resolve_target(target)
-        self.timeout = timeout
-        self.security = resolve_security(**security)
-        self._metadata = self.security.metadata
+    def _open(self) -> None:
         self._channel = self.security.channel(self.target, options=CHANNEL_OPTIONS)
-        self._stub = pb_grpc.JobServiceStub(self._channel)
-        self._shards = pb_grpc.ShardServiceStub(self._channel)
-        self._schedules = pb_grpc.ScheduleServiceStub(self._channel)
-        self._routes = OwnerRoutes(self.target) if route else None
+        self._stubs = _stubs(self._channel)
         self._map_lock = threading.Lock()  # held by the one thread re-reading the shard map
         self._owner_lock = threading.Lock()
-        self._owner_stubs: dict[str, Any] = {}
+        self._owner_stubs: dict[str, dict[str, Any]] = {}
         self._owner_channels: list[grpc.Channel] = []
 
-    def _call(self, method: str, request: Any, stub: Any = None) -> Any:
+    # -- sending a call ------------------------------------------------------------------
+
+    def _send(self, call: Call[T]) -> T:
+        address = self.target if call.job_types is None else self._address_of(call.job_types)
         try:
-            return getattr(stub or self._stub, method)(request, timeout=self.timeout, metadata=self._metadata)
+            reply = self._rpc_at(address, call)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
+        return call.result(reply)
 
-    def _call_at(self, address: str, method: str, request: Any) -> Any:
+    def _rpc(self, stubs: dict[str, Any], call: Call[Any], timeout: float | None = None) -> Any:
+        method = getattr(stubs[call.service], call.method)
+        timeout = self.timeout if timeout is None else timeout
+        return method(call.request, timeout=timeout, metadata=self._metadata)
+
+    def _rpc_at(self, address: str, call: Call[Any]) -> Any:
         if address == self.target or self._routes is None:
-            return self._call(method, request)
+            return self._rpc(self._stubs, call)
         try:
-            return getattr(self._owner_stub(address), method)(
-                request, timeout=self.timeout, metadata=self._metadata
-            )
+            return self._rpc(self._owner_stubs_at(address), call)
         except grpc.RpcError as exc:
             if self._routes.failed(address, exc):
-                return self._call(method, request)
-            raise from_rpc_error(exc) from None
+                return self._rpc(self._stubs, call)
+            raise
 
-    def _owner_stub(self, address: str) -> Any:
+    def _owner_stubs_at(self, address: str) -> dict[str, Any]:
         with self._owner_lock:
-            stub = self._owner_stubs.get(address)
-            if stub is None:
+            stubs = self._owner_stubs.get(address)
+            if stubs is None:
                 channel = self.security.channel(address, options=CHANNEL_OPTIONS)
                 self._owner_channels.append(channel)
-                stub = self._owner_stubs[address] = pb_grpc.JobServiceStub(channel)
-            return stub
+                stubs = self._owner_stubs[address] = _stubs(channel)
+            return stubs
 
-    def _address_of(self, job_types: list[str]) -> str:
+    def _address_of(self, job_types: Iterable[str]) -> str:
         """Where jobs of these types go together. One thread re-reads a stale shard map while the
         others go on with the one they have (or wait for it, when there is none yet)."""
         routes = self._routes
@@ -137,32 +170,40 @@ class Client:
                 self._map_lock.release()
         return routes.address_for(job_types)
 
-    def _read_map(self) -> pb.GetShardMapResponse | None:
+    def _read_map(self) -> ShardMap | None:
         try:
-            return self._shards.GetShardMap(
-                pb.GetShardMapRequest(), timeout=min(self.timeout, 5.0), metadata=self._metadata
-            )
+            return ShardMap.from_pb(self._rpc(self._stubs, calls.shard_map(), timeout=min(self.timeout, 5.0)))
         except grpc.RpcError:
             return None  # the target takes every job until the next try
 
-    def shard_map(self) -> pb.GetShardMapResponse:
-        """Which dispatcher owns which shard (any dispatcher answers)."""
-        return self._call("GetShardMap", pb.GetShardMapRequest(), self._shards)
+    # -- jobs ------------------------------------------------------------------------------
 
-    def rebalance(self, *, dry_run: bool = False) -> pb.RebalanceResponse:
-        """Balance the shards over the live dispatchers; with dry_run, only return the plan."""
-        return self._call("Rebalance", pb.RebalanceRequest(dry_run=dry_run), self._shards)
+    def enqueue(
+        self,
+        job_type: str,
+        payload: Any = None,
+        *,
+        priority: str = "default",
+        run_at: datetime | float | None = None,
+        delay: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        lease_ttl: float | timedelta | None = None,
+        idempotency_key: str | None = None,
+    ) -> str:
+        """Enqueue one job; returns its id once it is committed (the existing job's id when a job
+        with this idempotency key exists).
 
-    def enqueue(self, job_type: str, payload: Any = None, **options: Any) -> str:
-        """Enqueue one job; returns its id (the existing job's id when a job of the same type has the
-        idempotency key: keys are unique per job type).
-
-        Options: priority ("high", "default", "low"), run_at (aware datetime or epoch seconds), delay
-        (seconds or timedelta), max_attempts, lease_ttl (seconds), idempotency_key.
+        ``payload``: bytes as they are, anything else as JSON. ``priority``: "high", "default" or
+        "low". ``run_at`` (an aware datetime or epoch seconds) or ``delay`` (seconds or a timedelta):
+        when it becomes due. ``max_attempts``, ``lease_ttl`` (seconds): the dispatcher's defaults
+        when not given. ``idempotency_key``: unique per job type; another job of the same type with
+        the key makes this call return that job's id and create nothing.
         """
-        spec = job_spec(job_type, payload, **options)
-        response = self._call_at(self._address_of([spec.type]), "Enqueue", pb.EnqueueRequest(job=spec))
-        return str(response.job_id)
+        spec = job_spec(
+            job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
+            lease_ttl=lease_ttl, idempotency_key=idempotency_key,
+        )  # fmt: skip
+        return self._send(calls.enqueue(spec))
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
         """Enqueue a batch in one round trip (one DB transaction); each job is a dict of enqueue's
@@ -170,26 +211,27 @@ class Client:
         one, else to the target (which hands each shard's jobs to its owner). A dispatcher takes at
         most SHARDQ_MAX_BATCH jobs (10,000) and SHARDQ_MAX_REQUEST_BYTES (64 MiB) in one call, by
         default: split larger batches (RESOURCE_EXHAUSTED or INVALID_ARGUMENT otherwise)."""
-        specs = _specs(jobs)
-        address = self._address_of([s.type for s in specs])
-        return list(self._call_at(address, "EnqueueMany", pb.EnqueueManyRequest(jobs=specs)).job_ids)
+        return self._send(calls.enqueue_many(calls.specs(jobs)))
 
     def get_job(self, job_id: str) -> JobInfo:
-        return JobInfo.from_pb(self._call("GetJob", pb.GetJobRequest(job_id=job_id)))
+        """The job as the dispatcher's database has it (NotFoundError when there is none)."""
+        return self._send(calls.get_job(job_id))
 
     def cancel(self, job_id: str) -> str:
         """Returns "cancelled" (it will never run), "leased" (running now; it will not be retried) or the
         terminal status it already had."""
-        return STATUS_NAMES[self._call("CancelJob", pb.CancelJobRequest(job_id=job_id)).status]
+        return self._send(calls.cancel(job_id))
 
     def stats(self) -> list[QueueStats]:
-        return [QueueStats.from_pb(q) for q in self._call("Stats", pb.StatsRequest()).queues]
+        """Jobs delayed, ready, leased and dead per job type and priority."""
+        return self._send(calls.stats())
 
     def dead_letters(
         self, *, job_type: str | None = None, reason: str | None = None, limit: int = 100, after_id: str = ""
     ) -> list[JobInfo]:
-        request = pb.ListDeadRequest(filter=dead_filter(job_type, reason), limit=limit, after_id=after_id)
-        return [JobInfo.from_pb(j) for j in self._call("ListDead", request).jobs]
+        """Dead jobs, oldest first, optionally of one type or reason (one of ``DEAD_REASONS``); page
+        on with ``after_id`` set to the last id of the previous page."""
+        return self._send(calls.dead_letters(job_type, reason, limit, after_id))
 
     def requeue_dead(
         self,
@@ -199,49 +241,55 @@ class Client:
         job_type: str | None = None,
         reason: str | None = None,
     ) -> int:
-        request = pb.RequeueDeadRequest(job_ids=list(job_ids), all=all, filter=dead_filter(job_type, reason))
-        return int(self._call("RequeueDead", request).requeued)
+        """Run dead jobs again (these ids, or ``all`` matching the filters); returns how many."""
+        return self._send(calls.requeue_dead(job_ids, all, job_type, reason))
 
     def purge_dead(self, *, job_type: str | None = None, reason: str | None = None) -> int:
-        return int(self._call("PurgeDead", pb.PurgeDeadRequest(filter=dead_filter(job_type, reason))).purged)
+        """Delete the dead jobs matching the filters; returns how many."""
+        return self._send(calls.purge_dead(job_type, reason))
 
-    def version(self) -> pb.GetVersionResponse:
-        return self._call("GetVersion", pb.GetVersionRequest())
+    # -- the cluster -----------------------------------------------------------------------
+
+    def version(self) -> VersionInfo:
+        """The dispatcher's release, protocol version and shard count."""
+        return self._send(calls.version())
+
+    def shard_map(self) -> ShardMap:
+        """Which dispatcher owns which shard (any dispatcher answers)."""
+        return self._send(calls.shard_map())
+
+    def rebalance(self, *, dry_run: bool = False) -> RebalancePlan:
+        """Balance the shards over the live dispatchers; with dry_run, only return the plan."""
+        return self._send(calls.rebalance(dry_run))
 
     # -- schedules ---------------------------------------------------------------------
 
     def upsert_schedule(self, schedule: Schedule | None = None, **fields: Any) -> tuple[ScheduleInfo, bool]:
         """Create or replace a schedule by name (a Schedule, or its fields as keywords). Returns it
         and whether anything changed: declaring the same schedule again does nothing."""
-        request = pb.UpsertScheduleRequest(schedule=schedule_from(schedule, fields))
-        response = self._call("UpsertSchedule", request, self._schedules)
-        return ScheduleInfo.from_pb(response.schedule), bool(response.created or response.changed)
+        return self._send(calls.upsert_schedule(schedule, fields))
 
     def get_schedule(self, name: str) -> ScheduleInfo:
-        return ScheduleInfo.from_pb(
-            self._call("GetSchedule", pb.GetScheduleRequest(name=name), self._schedules)
-        )
+        return self._send(calls.get_schedule(name))
 
     def schedules(self, job_type: str = "") -> list[ScheduleInfo]:
-        response = self._call("ListSchedules", pb.ListSchedulesRequest(type=job_type), self._schedules)
-        return [ScheduleInfo.from_pb(s) for s in response.schedules]
+        """Every schedule, or those of one job type."""
+        return self._send(calls.schedules(job_type))
 
     def pause_schedule(self, name: str) -> ScheduleInfo:
-        request = pb.ScheduleNameRequest(name=name)
-        return ScheduleInfo.from_pb(self._call("PauseSchedule", request, self._schedules))
+        """No occurrence runs until it is resumed."""
+        return self._send(calls.pause_schedule(name))
 
     def resume_schedule(self, name: str) -> ScheduleInfo:
-        request = pb.ScheduleNameRequest(name=name)
-        return ScheduleInfo.from_pb(self._call("ResumeSchedule", request, self._schedules))
+        """It runs again from now on (the occurrences missed while paused do not run)."""
+        return self._send(calls.resume_schedule(name))
 
     def delete_schedule(self, name: str) -> None:
-        self._call("DeleteSchedule", pb.ScheduleNameRequest(name=name), self._schedules)
+        self._send(calls.delete_schedule(name))
 
     def next_occurrences(self, name: str, count: int = 5) -> tuple[list[int], str]:
         """The coming occurrences (epoch ms) and the schedule's time zone."""
-        request = pb.NextOccurrencesRequest(name=name, count=count)
-        response = self._call("NextOccurrences", request, self._schedules)
-        return list(response.occurrences_ms), response.timezone
+        return self._send(calls.next_occurrences(name, count))
 
     def close(self) -> None:
         for channel in self._owner_channels:
@@ -255,54 +303,54 @@ class Client:
         self.close()
 
 
-class AsyncClient:
-    """asyncio client with the same methods and options as ``Client`` (``route`` included), awaited."""
+class AsyncClient(_ClientOptions):
+    """asyncio client with the same methods and options as :class:`Client`, awaited.
 
-    def __init__(
-        self, target: str | None = None, *, timeout: float = 30.0, route: bool = False, **security: Any
-    ) -> None:
-        self.target = resolve_target(target)
-        self.timeout = timeout
-        self.security = resolve_security(**security)
-        self._metadata = self.security.metadata
+    Concurrent ``enqueue`` calls share round trips (see ``_pipelining``).
+    """
+
+    def _open(self) -> None:
         self._channel = self.security.aio_channel(self.target, options=CHANNEL_OPTIONS)
-        self._stub = pb_grpc.JobServiceStub(self._channel)
-        self._schedules = pb_grpc.ScheduleServiceStub(self._channel)
+        self._stubs = _stubs(self._channel)
         self._pipeline = EnqueuePipeline(self._enqueue_one, self._enqueue_specs)
-        self._routes = OwnerRoutes(self.target) if route else None
         self._map_read: asyncio.Future[None] | None = None
-        self._owner_stubs: dict[str, Any] = {}
+        self._owner_stubs: dict[str, dict[str, Any]] = {}
         self._owner_channels: list[grpc.aio.Channel] = []
 
-    async def _call(self, method: str, request: Any, stub: Any = None) -> Any:
+    # -- sending a call ------------------------------------------------------------------
+
+    async def _send(self, call: Call[T]) -> T:
+        address = self.target if call.job_types is None else await self._address_of(call.job_types)
+        return await self._send_to(address, call)
+
+    async def _send_to(self, address: str, call: Call[T]) -> T:
         try:
-            return await getattr(stub or self._stub, method)(
-                request, timeout=self.timeout, metadata=self._metadata
-            )
+            reply = await self._rpc_at(address, call)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
+        return call.result(reply)
 
-    async def enqueue(self, job_type: str, payload: Any = None, **options: Any) -> str:
-        """Enqueue one job; returns its id once it is committed. Calls made concurrently (in the same
-        turn of the event loop) to the same dispatcher share one round trip; each still gets its own
-        id or error."""
-        spec = job_spec(job_type, payload, **options)
-        return await self._pipeline.enqueue(spec, await self._address_of([spec.type]))
+    async def _rpc(self, stubs: dict[str, Any], call: Call[Any], timeout: float | None = None) -> Any:
+        method = getattr(stubs[call.service], call.method)
+        timeout = self.timeout if timeout is None else timeout
+        return await method(call.request, timeout=timeout, metadata=self._metadata)
 
-    async def enqueue_many(self, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
-        """One call and one transaction: to the shards' owner when the jobs share one, else to the
-        target (which hands each shard's jobs to its owner)."""
-        specs = _specs(jobs)
-        return await self._enqueue_specs(specs, await self._address_of([s.type for s in specs]))
+    async def _rpc_at(self, address: str, call: Call[Any]) -> Any:
+        if address == self.target or self._routes is None:
+            return await self._rpc(self._stubs, call)
+        stubs = self._owner_stubs.get(address)
+        if stubs is None:
+            channel = self.security.aio_channel(address, options=CHANNEL_OPTIONS)
+            self._owner_channels.append(channel)
+            stubs = self._owner_stubs[address] = _stubs(channel)
+        try:
+            return await self._rpc(stubs, call)
+        except grpc.aio.AioRpcError as exc:
+            if self._routes.failed(address, exc):
+                return await self._rpc(self._stubs, call)
+            raise
 
-    async def _enqueue_one(self, spec: pb.JobSpec, address: str) -> str:
-        return str((await self._call_at(address, "Enqueue", pb.EnqueueRequest(job=spec))).job_id)
-
-    async def _enqueue_specs(self, specs: list[pb.JobSpec], address: str) -> list[str]:
-        response = await self._call_at(address, "EnqueueMany", pb.EnqueueManyRequest(jobs=specs))
-        return list(response.job_ids)
-
-    async def _address_of(self, job_types: list[str]) -> str:
+    async def _address_of(self, job_types: Iterable[str]) -> str:
         """Where jobs of these types go together (reading the shard map first if it is unknown)."""
         routes = self._routes
         if routes is None:
@@ -316,43 +364,62 @@ class AsyncClient:
 
     async def _read_map(self) -> None:
         assert self._routes is not None
+        view: ShardMap | None
         try:
-            view = await pb_grpc.ShardServiceStub(self._channel).GetShardMap(
-                pb.GetShardMapRequest(), timeout=min(self.timeout, 5.0), metadata=self._metadata
-            )
+            reply = await self._rpc(self._stubs, calls.shard_map(), timeout=min(self.timeout, 5.0))
+            view = ShardMap.from_pb(reply)
         except grpc.RpcError:
             view = None  # the target takes every job until the next try
         self._routes.update(view)
 
-    async def _call_at(self, address: str, method: str, request: Any) -> Any:
-        if address == self.target or self._routes is None:
-            return await self._call(method, request)
-        stub = self._owner_stubs.get(address)
-        if stub is None:
-            channel = self.security.aio_channel(address, options=CHANNEL_OPTIONS)
-            self._owner_channels.append(channel)
-            stub = self._owner_stubs[address] = pb_grpc.JobServiceStub(channel)
-        try:
-            return await getattr(stub, method)(request, timeout=self.timeout, metadata=self._metadata)
-        except grpc.aio.AioRpcError as exc:
-            if self._routes.failed(address, exc):
-                return await self._call(method, request)
-            raise from_rpc_error(exc) from None
+    # What the pipeline sends: one job, or a batch, to one dispatcher.
+    async def _enqueue_one(self, spec: pb.JobSpec, address: str) -> str:
+        return await self._send_to(address, calls.enqueue(spec))
+
+    async def _enqueue_specs(self, specs: list[pb.JobSpec], address: str) -> list[str]:
+        return await self._send_to(address, calls.enqueue_many(specs))
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        job_type: str,
+        payload: Any = None,
+        *,
+        priority: str = "default",
+        run_at: datetime | float | None = None,
+        delay: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        lease_ttl: float | timedelta | None = None,
+        idempotency_key: str | None = None,
+    ) -> str:
+        """Enqueue one job; returns its id once it is committed (options as for ``Client.enqueue``).
+        Calls made concurrently (in the same turn of the event loop) to the same dispatcher share
+        one round trip; each still gets its own id or error."""
+        spec = job_spec(
+            job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
+            lease_ttl=lease_ttl, idempotency_key=idempotency_key,
+        )  # fmt: skip
+        return await self._pipeline.enqueue(spec, await self._address_of((spec.type,)))
+
+    async def enqueue_many(self, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
+        """One call and one transaction: to the shards' owner when the jobs share one, else to the
+        target (which hands each shard's jobs to its owner)."""
+        return await self._send(calls.enqueue_many(calls.specs(jobs)))
 
     async def get_job(self, job_id: str) -> JobInfo:
-        return JobInfo.from_pb(await self._call("GetJob", pb.GetJobRequest(job_id=job_id)))
+        return await self._send(calls.get_job(job_id))
 
     async def cancel(self, job_id: str) -> str:
-        return STATUS_NAMES[(await self._call("CancelJob", pb.CancelJobRequest(job_id=job_id))).status]
+        return await self._send(calls.cancel(job_id))
 
     async def stats(self) -> list[QueueStats]:
-        return [QueueStats.from_pb(q) for q in (await self._call("Stats", pb.StatsRequest())).queues]
+        return await self._send(calls.stats())
 
     async def dead_letters(
         self, *, job_type: str | None = None, reason: str | None = None, limit: int = 100, after_id: str = ""
     ) -> list[JobInfo]:
-        request = pb.ListDeadRequest(filter=dead_filter(job_type, reason), limit=limit, after_id=after_id)
-        return [JobInfo.from_pb(j) for j in (await self._call("ListDead", request)).jobs]
+        return await self._send(calls.dead_letters(job_type, reason, limit, after_id))
 
     async def requeue_dead(
         self,
@@ -362,30 +429,46 @@ class AsyncClient:
         job_type: str | None = None,
         reason: str | None = None,
     ) -> int:
-        request = pb.RequeueDeadRequest(job_ids=list(job_ids), all=all, filter=dead_filter(job_type, reason))
-        return int((await self._call("RequeueDead", request)).requeued)
+        return await self._send(calls.requeue_dead(job_ids, all, job_type, reason))
 
     async def purge_dead(self, *, job_type: str | None = None, reason: str | None = None) -> int:
-        request = pb.PurgeDeadRequest(filter=dead_filter(job_type, reason))
-        return int((await self._call("PurgeDead", request)).purged)
+        return await self._send(calls.purge_dead(job_type, reason))
+
+    # -- the cluster -----------------------------------------------------------------------
+
+    async def version(self) -> VersionInfo:
+        return await self._send(calls.version())
+
+    async def shard_map(self) -> ShardMap:
+        return await self._send(calls.shard_map())
+
+    async def rebalance(self, *, dry_run: bool = False) -> RebalancePlan:
+        return await self._send(calls.rebalance(dry_run))
+
+    # -- schedules ---------------------------------------------------------------------
 
     async def upsert_schedule(
         self, schedule: Schedule | None = None, **fields: Any
     ) -> tuple[ScheduleInfo, bool]:
-        request = pb.UpsertScheduleRequest(schedule=schedule_from(schedule, fields))
-        response = await self._call("UpsertSchedule", request, self._schedules)
-        return ScheduleInfo.from_pb(response.schedule), bool(response.created or response.changed)
+        return await self._send(calls.upsert_schedule(schedule, fields))
 
     async def get_schedule(self, name: str) -> ScheduleInfo:
-        request = pb.GetScheduleRequest(name=name)
-        return ScheduleInfo.from_pb(await self._call("GetSchedule", request, self._schedules))
+        return await self._send(calls.get_schedule(name))
 
     async def schedules(self, job_type: str = "") -> list[ScheduleInfo]:
-        response = await self._call("ListSchedules", pb.ListSchedulesRequest(type=job_type), self._schedules)
-        return [ScheduleInfo.from_pb(s) for s in response.schedules]
+        return await self._send(calls.schedules(job_type))
+
+    async def pause_schedule(self, name: str) -> ScheduleInfo:
+        return await self._send(calls.pause_schedule(name))
+
+    async def resume_schedule(self, name: str) -> ScheduleInfo:
+        return await self._send(calls.resume_schedule(name))
 
     async def delete_schedule(self, name: str) -> None:
-        await self._call("DeleteSchedule", pb.ScheduleNameRequest(name=name), self._schedules)
+        await self._send(calls.delete_schedule(name))
+
+    async def next_occurrences(self, name: str, count: int = 5) -> tuple[list[int], str]:
+        return await self._send(calls.next_occurrences(name, count))
 
     async def close(self) -> None:
         if self._map_read is not None:
@@ -399,3 +482,9 @@ class AsyncClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+# help() and IDEs that read __doc__ show the blocking client's documentation on the async twin.
+for _name, _method in vars(AsyncClient).items():
+    if not _name.startswith("_") and callable(_method) and _method.__doc__ is None:
+        _method.__doc__ = getattr(Client, _name).__doc__

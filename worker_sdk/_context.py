@@ -49,6 +49,11 @@ class JobContext:
     _cancel_event: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     @property
+    def id(self) -> str:
+        """The job's id: the same as :attr:`job_id`, and as ``JobInfo.id`` for the client."""
+        return self.job_id
+
+    @property
     def deadline(self) -> datetime:
         """When the current lease ends unless heartbeats extend it (they are automatic)."""
         return ms_to_datetime(self.deadline_ms)

@@ -28,6 +28,8 @@ REASONS = {
     "no_handler": pb.DEAD_REASON_NO_HANDLER,
 }
 REASON_NAMES = {v: k for k, v in REASONS.items()}
+#: Why a job is dead, as ``JobInfo.dead_reason`` and the ``reason`` filters of the dead-letter calls name it.
+DEAD_REASONS: tuple[str, ...] = tuple(REASONS)
 # json.dumps with any non-default option builds a new encoder per call, a cost that shows on a
 # small payload: one encoder is shared.
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
@@ -161,4 +163,100 @@ class QueueStats:
 def dead_filter(job_type: str | None, reason: str | None) -> pb.DeadFilter:
     if reason and reason not in REASONS:
         raise ValueError(f"unknown reason {reason!r}: use one of {', '.join(REASONS)}")
-    return pb.DeadFilter(type=job_type or "", reason=REASONS.get(reason or "", 0))
+    return pb.DeadFilter(type=job_type or "", reason=REASONS.get(reason or "", pb.DEAD_REASON_UNSPECIFIED))
+
+
+@dataclass(frozen=True)
+class DispatcherInfo:
+    """A dispatcher process of the cluster, as the shard map lists it."""
+
+    id: str
+    #: Where workers and other dispatchers reach it.
+    address: str
+    alive: bool
+
+    @classmethod
+    def from_pb(cls, m: pb.Member) -> DispatcherInfo:
+        return cls(id=m.id, address=m.address, alive=m.alive)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    shard: int
+    #: The dispatcher that owns it now; "" while it has none (moving, or its owner died).
+    owner: str
+    #: The fencing epoch: it grows with every new owner, and a former owner's writes are refused.
+    epoch: int
+    #: The owner's address.
+    address: str
+    #: Its delayed, ready and leased jobs.
+    pending: int
+    #: The owner the assignment asks for (the owner once a move is done).
+    assigned: str
+
+    @classmethod
+    def from_pb(cls, s: pb.ShardInfo) -> ShardInfo:
+        return cls(
+            shard=s.shard,
+            owner=s.owner,
+            epoch=s.epoch,
+            address=s.address,
+            pending=s.pending,
+            assigned=s.assigned,
+        )
+
+
+@dataclass(frozen=True)
+class ShardMap:
+    """Which dispatcher owns which shard; a job type's shard is ``shardmap.shard_for(type, shard_count)``."""
+
+    shard_count: int
+    members: tuple[DispatcherInfo, ...]
+    #: Ordered by shard.
+    shards: tuple[ShardInfo, ...]
+
+    @classmethod
+    def from_pb(cls, view: pb.GetShardMapResponse) -> ShardMap:
+        return cls(
+            shard_count=view.shard_count,
+            members=tuple(DispatcherInfo.from_pb(m) for m in view.members),
+            shards=tuple(ShardInfo.from_pb(s) for s in view.shards),
+        )
+
+
+@dataclass(frozen=True)
+class ShardMove:
+    shard: int
+    #: Its owner before the move ("" when it had none).
+    source: str
+    target: str
+    #: Its jobs pending when the plan was made.
+    pending: int
+
+    @classmethod
+    def from_pb(cls, m: pb.ShardMove) -> ShardMove:
+        return cls(shard=m.shard, source=m.source, target=m.target, pending=m.pending)
+
+
+@dataclass(frozen=True)
+class RebalancePlan:
+    moves: tuple[ShardMove, ...]
+    #: False for a dry run: nothing moved.
+    applied: bool
+
+    @classmethod
+    def from_pb(cls, r: pb.RebalanceResponse) -> RebalancePlan:
+        return cls(moves=tuple(ShardMove.from_pb(m) for m in r.moves), applied=r.applied)
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    #: The dispatcher's release.
+    version: str
+    #: The worker protocol's version.
+    protocol: int
+    shard_count: int
+
+    @classmethod
+    def from_pb(cls, v: pb.GetVersionResponse) -> VersionInfo:
+        return cls(version=v.version, protocol=v.protocol, shard_count=v.shard_count)

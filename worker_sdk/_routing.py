@@ -27,8 +27,9 @@ from typing import Any
 
 import grpc
 
-from dispatcher._pb import shardq_pb2 as pb
 from shardmap import shard_for
+
+from ._convert import ShardMap
 
 MAP_REFRESH_S = 10.0
 AVOID_S = 5.0
@@ -49,7 +50,7 @@ class OwnerRoutes:
     def stale(self) -> bool:
         return time.monotonic() - self._read_at > MAP_REFRESH_S
 
-    def update(self, view: pb.GetShardMapResponse | None) -> None:
+    def update(self, view: ShardMap | None) -> None:
         """A map just read, or None when it could not be read (the target serves until the next try)."""
         self._read_at = time.monotonic()
         if view is not None:

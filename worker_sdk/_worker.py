@@ -12,6 +12,7 @@ import signal
 import socket
 import traceback
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -90,7 +91,8 @@ class _Link:
 
 
 class Worker:
-    """Serve handlers until shut down. Await it, use ``async with``, or call ``run()`` to block.
+    """Serve handlers until shut down. Await it, use ``async with``, or call ``run()`` to block. A
+    worker serves once: awaiting or running it again waits for that one serving to end.
 
     The worker asks the target for the shard map and keeps one stream to each dispatcher that owns
     shards of its job types, splitting its concurrency between them; when shards move it follows
@@ -139,7 +141,12 @@ class Worker:
         max_reconnect_delay: float = 5.0,
         handle_signals: bool = True,
         map_refresh: float = 5.0,
-        **security: Any,
+        token: str | None = None,
+        tls: bool | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        tls_server_name: str | None = None,
     ) -> None:
         if not handlers:
             raise ValueError("handlers must name at least one job type")
@@ -152,7 +159,10 @@ class Worker:
         self.handlers = dict(handlers)
         self._is_async = {name: inspect.iscoroutinefunction(h) for name, h in self.handlers.items()}
         self.target = resolve_target(target)
-        self.security = resolve_security(**security)
+        self.security = resolve_security(
+            token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+            tls_server_name=tls_server_name,
+        )  # fmt: skip
         self._metadata = self.security.metadata
         #: Why a dispatcher refused this worker, when it did (serve_forever raises it).
         self.refused: ShardqError | None = None
@@ -182,6 +192,21 @@ class Worker:
         self._capped = False  # a link was granted less credit than its share for want of free threads
         self.log = log.bind(worker=self.worker_id)
 
+    # Set on the worker serve() returns inside an event loop: like a coroutine, it does nothing
+    # unless it is awaited, entered or run, so dropping it unrun warns.
+    _must_run = False
+    _served = False
+
+    def __del__(self) -> None:
+        if self._must_run and not self._served:
+            warnings.warn(
+                f"shardq Worker for {sorted(self.handlers)} was never run: await it, use `async with`, "
+                "or call serve() where no event loop is running (it then serves until SIGTERM/SIGINT)",
+                RuntimeWarning,
+                stacklevel=2,
+                source=self,
+            )
+
     # -- public lifecycle ---------------------------------------------------------------------
 
     def __await__(self) -> Any:
@@ -198,6 +223,10 @@ class Worker:
 
     def run(self) -> None:
         """Block until SIGTERM/SIGINT, then shut down gracefully."""
+        if self._stopped.is_set():  # served already (as serve() does outside an event loop)
+            if self.refused is not None:
+                raise self.refused
+            return
         try:
             import uvloop
 
@@ -217,6 +246,12 @@ class Worker:
         await self._stopped.wait()
 
     async def serve_forever(self) -> None:
+        if self._served:
+            await self._stopped.wait()
+            if self.refused is not None:
+                raise self.refused
+            return
+        self._served = True
         loop = asyncio.get_running_loop()
         if self.handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -492,10 +527,10 @@ class Worker:
             acks, nacks = link.acks, link.nacks
             link.acks, link.nacks = [], []
             try:
-                for part in _parts(acks):
-                    await call.write(pb.WorkerMessage(acks=pb.Acks(acks=part)))
-                for part in _parts(nacks):
-                    await call.write(pb.WorkerMessage(nacks=pb.Nacks(nacks=part)))
+                for ack_part in _parts(acks):
+                    await call.write(pb.WorkerMessage(acks=pb.Acks(acks=ack_part)))
+                for nack_part in _parts(nacks):
+                    await call.write(pb.WorkerMessage(nacks=pb.Nacks(nacks=nack_part)))
                 if self._draining:
                     if not drained_sent:
                         await call.write(pb.WorkerMessage(drain=pb.Drain()))
@@ -780,15 +815,48 @@ def _describe(exc: BaseException) -> str:
     return text[-MAX_ERROR_CHARS:]
 
 
-def serve(handlers: Mapping[str, Handler], **options: Any) -> Worker:
-    """Create a worker for ``handlers`` (see :class:`Worker` for options).
+def serve(
+    handlers: Mapping[str, Handler],
+    *,
+    target: str | None = None,
+    concurrency: int = 16,
+    job_timeout: float | None = None,
+    shutdown_grace: float = 30.0,
+    worker_id: str | None = None,
+    max_reconnect_delay: float = 5.0,
+    handle_signals: bool = True,
+    map_refresh: float = 5.0,
+    token: str | None = None,
+    tls: bool | None = None,
+    tls_ca: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_server_name: str | None = None,
+) -> Worker:
+    """Serve ``handlers`` (see :class:`Worker` for the options).
 
-    ``await serve(handlers)`` runs it until SIGTERM/SIGINT; ``serve(handlers).run()`` does the same from
-    synchronous code; ``async with serve(handlers) as worker:`` runs it in the background.
+    In synchronous code (no event loop running) it serves at once and blocks until SIGTERM/SIGINT,
+    then returns the stopped worker: a script's last line is ``serve(handlers)``. Inside a running
+    event loop it returns the worker without blocking the loop: ``await serve(handlers)`` serves
+    until SIGTERM/SIGINT, and ``async with serve(handlers) as worker:`` serves in the background for
+    the block. A worker returned that way and never awaited, entered or run warns (RuntimeWarning)
+    when it is garbage-collected, as a coroutine never awaited does.
 
     With ``job_timeout``, a plain (sync) handler must be interruptible: check ``ctx.cancelled``
     between steps, or pause with ``ctx.wait_cancelled(seconds)`` rather than ``time.sleep``, and
     give blocking calls their own timeouts. A handler that blocks past its timeout keeps its thread
     until it returns, and the worker runs one job fewer meanwhile (``worker.stuck_threads``).
     """
-    return Worker(handlers, **options)
+    worker = Worker(
+        handlers, target=target, concurrency=concurrency, job_timeout=job_timeout,
+        shutdown_grace=shutdown_grace, worker_id=worker_id, max_reconnect_delay=max_reconnect_delay,
+        handle_signals=handle_signals, map_refresh=map_refresh, token=token, tls=tls, tls_ca=tls_ca,
+        tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name,
+    )  # fmt: skip
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        worker.run()
+        return worker
+    worker._must_run = True
+    return worker

@@ -70,7 +70,7 @@ async def noop(ctx: Any) -> None:
 def run_worker() -> None:
     from worker_sdk import serve
 
-    serve({name: noop for name in job_types()}, concurrency=CONCURRENCY, shutdown_grace=2).run()
+    serve({name: noop for name in job_types()}, concurrency=CONCURRENCY, shutdown_grace=2)
 
 
 if __name__ == "__main__":

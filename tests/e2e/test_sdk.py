@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -13,8 +16,26 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from tests.support.wait import wait_for
-from worker_sdk import AsyncClient, InvalidArgumentError, JobContext, Retry, SkipRetry, serve
+from tests.support.processes import ROOT, _env
+from tests.support.wait import wait_for, wait_until
+from worker_sdk import (
+    AsyncClient,
+    Client,
+    DispatcherInfo,
+    InvalidArgumentError,
+    JobContext,
+    JobInfo,
+    QueueStats,
+    RebalancePlan,
+    Retry,
+    ScheduleInfo,
+    ShardInfo,
+    ShardMap,
+    ShardMove,
+    SkipRetry,
+    VersionInfo,
+    serve,
+)
 from worker_sdk._pipelining import EnqueuePipeline
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -238,3 +259,82 @@ async def test_a_sync_handler_that_waits_on_cancelled_returns_at_its_timeout(dis
             await wait_for(lambda: worker.stuck_threads == 0)
     finally:
         await client.close()
+
+
+PLAIN_SCRIPT = """
+import sys
+from pathlib import Path
+
+from worker_sdk import serve
+
+
+def record(ctx):
+    Path(sys.argv[2]).write_text(ctx.id)
+
+
+serve({"script.record": record}, target=sys.argv[1], shutdown_grace=5)
+"""
+
+
+def test_serve_in_a_plain_script_serves_until_sigterm(dispatcher, tmp_path):
+    """``serve(handlers)`` in synchronous code, with no event loop running, serves until SIGTERM and
+    then exits 0; it must not return at once having served nothing."""
+    script, ran, log_path = tmp_path / "plain_worker.py", tmp_path / "ran", tmp_path / "plain_worker.log"
+    script.write_text(PLAIN_SCRIPT)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(script), dispatcher.target, str(ran)],
+            env=_env({}),
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        with Client(dispatcher.target) as client:
+            job_id = client.enqueue("script.record", None)
+            wait_until(lambda: ran.exists() or process.poll() is not None, timeout=30)
+            assert process.poll() is None, (
+                f"the script exited ({process.returncode}) without serving: {log_path.read_text()}"
+            )
+            wait_until(lambda: client.get_job(job_id).status == "succeeded", timeout=15)
+        assert ran.read_text() == job_id
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0, log_path.read_text()
+        assert "worker stopped" in log_path.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+async def test_both_clients_give_the_same_typed_results(dispatcher):
+    async with AsyncClient(dispatcher.target) as aio:
+        with Client(dispatcher.target) as blocking:
+            shard_map = await aio.shard_map()
+            assert isinstance(shard_map, ShardMap) and shard_map == blocking.shard_map()
+            assert shard_map.shard_count == 8 and len(shard_map.shards) == 8
+            assert all(isinstance(s, ShardInfo) for s in shard_map.shards)
+            assert [(type(m), m.alive) for m in shard_map.members] == [(DispatcherInfo, True)]
+
+            plan = await aio.rebalance(dry_run=True)
+            assert isinstance(plan, RebalancePlan) and plan == blocking.rebalance(dry_run=True)
+            assert plan.applied is False and all(isinstance(m, ShardMove) for m in plan.moves)
+
+            version = await aio.version()
+            assert isinstance(version, VersionInfo) and version == blocking.version()
+            assert version.shard_count == 8 and version.protocol >= 1 and version.version
+
+            job_id = await aio.enqueue("typed.result", {"n": 1}, delay=3600)
+            job = await aio.get_job(job_id)
+            assert isinstance(job, JobInfo) and job.id == job_id and job.status == "delayed"
+            stats = await aio.stats()
+            assert stats == blocking.stats() and all(isinstance(q, QueueStats) for q in stats)
+
+            info, changed = await aio.upsert_schedule(name="typed", cron="0 3 * * *", job_type="typed.result")
+            assert isinstance(info, ScheduleInfo) and changed
+            paused = await aio.pause_schedule("typed")
+            assert isinstance(paused, ScheduleInfo) and paused.enabled is False
+            assert (await aio.resume_schedule("typed")).enabled is True
+            occurrences, zone = await aio.next_occurrences("typed", 3)
+            assert (occurrences, zone) == blocking.next_occurrences("typed", 3)
+            assert len(occurrences) == 3 and zone == "UTC"

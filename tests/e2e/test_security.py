@@ -33,7 +33,7 @@ from tests.support.processes import DispatcherProcess
 from tests.support.redis_cluster import ClusterNodeServer, cluster_port, find_redis_cli
 from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_for
-from worker_sdk import AsyncClient, Client, JobContext, ShardqError, serve
+from worker_sdk import AsyncClient, Client, JobContext, ShardMap, ShardqError, serve
 
 SHARDS = 8
 PRODUCER = "producer-billing-0123456789"
@@ -549,7 +549,7 @@ class _Stable:
         self.owners: dict[int, str] | None = None
         self.since = 0.0
 
-    def check(self) -> pb.GetShardMapResponse | None:
+    def check(self) -> ShardMap | None:
         view = _settled(self.setup, self.target)
         owners = {s.shard: s.owner for s in view.shards} if view is not None else None
         now = time.monotonic()
@@ -559,7 +559,7 @@ class _Stable:
         return view if now - self.since >= self.hold_s else None
 
 
-def _settled(setup: Secured, target: str) -> pb.GetShardMapResponse | None:
+def _settled(setup: Secured, target: str) -> ShardMap | None:
     try:
         with setup.client(target, ADMIN) as client:
             view = client.shard_map()

@@ -12,11 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dispatcher._pb import shardq_pb2 as pb
 from tests.support.processes import read_ledger
 from tests.support.shard_map import settled_view
 from tests.support.wait import wait_until
-from worker_sdk import Client
+from worker_sdk import Client, ShardMap
 
 SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 # A process frozen mid-write holds SQLite's one write lock and stalls every other process's writes
@@ -26,7 +25,7 @@ SHARDS = 16
 FAST = {"shard_count": SHARDS, "ownership_ttl_ms": 3000}
 
 
-def _map(target: str) -> pb.GetShardMapResponse:
+def _map(target: str) -> ShardMap:
     with Client(target, timeout=5) as client:
         return client.shard_map()
 

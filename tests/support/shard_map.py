@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dispatcher._pb import shardq_pb2 as pb
-from worker_sdk import Client
+from worker_sdk import Client, ShardMap
 
 
-def settled_view(target: str, members: int) -> pb.GetShardMapResponse | None:
+def settled_view(target: str, members: int) -> ShardMap | None:
     """The shard map once exactly ``members`` members are alive and own every shard; None before,
     and while ``target`` does not answer."""
     try:

@@ -88,7 +88,7 @@ def main() -> None:
     parser.add_argument("--job-timeout", type=float, help="abandon and retry a handler running longer")
     args = parser.parse_args()
     ledger = Ledger(args.ledger)
-    worker = serve(
+    serve(
         handlers_for(args.types.split(","), ledger),
         target=args.target,
         concurrency=args.concurrency,
@@ -97,7 +97,6 @@ def main() -> None:
         max_reconnect_delay=0.5,
         job_timeout=args.job_timeout,
     )
-    worker.run()
 
 
 if __name__ == "__main__":

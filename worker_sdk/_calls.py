@@ -1,0 +1,171 @@
+"""Every call the clients make, described once: the RPC, its request built from the arguments, and
+how the reply becomes the typed result. ``Client`` sends these blocking and ``AsyncClient`` awaited,
+so the two cannot drift apart."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from dispatcher._pb import shardq_pb2 as pb
+
+from ._convert import (
+    STATUS_NAMES,
+    JobInfo,
+    QueueStats,
+    RebalancePlan,
+    ShardMap,
+    VersionInfo,
+    dead_filter,
+    job_spec,
+)
+from ._schedules import Schedule, ScheduleInfo, schedule_from
+
+T = TypeVar("T")
+
+JOBS = "JobService"
+SHARDS = "ShardService"
+SCHEDULES = "ScheduleService"
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    service: str
+    method: str
+    request: Any
+    result: Callable[[Any], T]
+    #: The job types an enqueue carries: a client with ``route=True`` sends it to their shards' owner.
+    job_types: tuple[str, ...] | None = None
+
+
+def specs(jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[pb.JobSpec]:
+    out = []
+    for job in jobs:
+        if isinstance(job, pb.JobSpec):
+            out.append(job)
+        else:
+            fields = dict(job)
+            out.append(job_spec(fields.pop("type"), fields.pop("payload", None), **fields))
+    return out
+
+
+def enqueue(spec: pb.JobSpec) -> Call[str]:
+    return Call(JOBS, "Enqueue", pb.EnqueueRequest(job=spec), _job_id, job_types=(spec.type,))
+
+
+def enqueue_many(specs: list[pb.JobSpec]) -> Call[list[str]]:
+    job_types = tuple(s.type for s in specs)
+    return Call(JOBS, "EnqueueMany", pb.EnqueueManyRequest(jobs=specs), _job_ids, job_types=job_types)
+
+
+def get_job(job_id: str) -> Call[JobInfo]:
+    return Call(JOBS, "GetJob", pb.GetJobRequest(job_id=job_id), JobInfo.from_pb)
+
+
+def cancel(job_id: str) -> Call[str]:
+    return Call(JOBS, "CancelJob", pb.CancelJobRequest(job_id=job_id), _status_name)
+
+
+def stats() -> Call[list[QueueStats]]:
+    return Call(JOBS, "Stats", pb.StatsRequest(), _queue_stats)
+
+
+def dead_letters(job_type: str | None, reason: str | None, limit: int, after_id: str) -> Call[list[JobInfo]]:
+    request = pb.ListDeadRequest(filter=dead_filter(job_type, reason), limit=limit, after_id=after_id)
+    return Call(JOBS, "ListDead", request, _jobs)
+
+
+def requeue_dead(job_ids: Iterable[str], all: bool, job_type: str | None, reason: str | None) -> Call[int]:
+    request = pb.RequeueDeadRequest(job_ids=list(job_ids), all=all, filter=dead_filter(job_type, reason))
+    return Call(JOBS, "RequeueDead", request, _requeued)
+
+
+def purge_dead(job_type: str | None, reason: str | None) -> Call[int]:
+    return Call(JOBS, "PurgeDead", pb.PurgeDeadRequest(filter=dead_filter(job_type, reason)), _purged)
+
+
+def version() -> Call[VersionInfo]:
+    return Call(JOBS, "GetVersion", pb.GetVersionRequest(), VersionInfo.from_pb)
+
+
+def shard_map() -> Call[ShardMap]:
+    return Call(SHARDS, "GetShardMap", pb.GetShardMapRequest(), ShardMap.from_pb)
+
+
+def rebalance(dry_run: bool) -> Call[RebalancePlan]:
+    return Call(SHARDS, "Rebalance", pb.RebalanceRequest(dry_run=dry_run), RebalancePlan.from_pb)
+
+
+def upsert_schedule(schedule: Schedule | None, fields: dict[str, Any]) -> Call[tuple[ScheduleInfo, bool]]:
+    request = pb.UpsertScheduleRequest(schedule=schedule_from(schedule, fields))
+    return Call(SCHEDULES, "UpsertSchedule", request, _upserted)
+
+
+def get_schedule(name: str) -> Call[ScheduleInfo]:
+    return Call(SCHEDULES, "GetSchedule", pb.GetScheduleRequest(name=name), ScheduleInfo.from_pb)
+
+
+def schedules(job_type: str) -> Call[list[ScheduleInfo]]:
+    return Call(SCHEDULES, "ListSchedules", pb.ListSchedulesRequest(type=job_type), _schedules)
+
+
+def pause_schedule(name: str) -> Call[ScheduleInfo]:
+    return Call(SCHEDULES, "PauseSchedule", pb.ScheduleNameRequest(name=name), ScheduleInfo.from_pb)
+
+
+def resume_schedule(name: str) -> Call[ScheduleInfo]:
+    return Call(SCHEDULES, "ResumeSchedule", pb.ScheduleNameRequest(name=name), ScheduleInfo.from_pb)
+
+
+def delete_schedule(name: str) -> Call[None]:
+    return Call(SCHEDULES, "DeleteSchedule", pb.ScheduleNameRequest(name=name), _nothing)
+
+
+def next_occurrences(name: str, count: int) -> Call[tuple[list[int], str]]:
+    request = pb.NextOccurrencesRequest(name=name, count=count)
+    return Call(SCHEDULES, "NextOccurrences", request, _occurrences)
+
+
+def _job_id(reply: pb.EnqueueResponse) -> str:
+    return str(reply.job_id)
+
+
+def _job_ids(reply: pb.EnqueueManyResponse) -> list[str]:
+    return list(reply.job_ids)
+
+
+def _status_name(reply: pb.CancelJobResponse) -> str:
+    return STATUS_NAMES[reply.status]
+
+
+def _queue_stats(reply: pb.StatsResponse) -> list[QueueStats]:
+    return [QueueStats.from_pb(q) for q in reply.queues]
+
+
+def _jobs(reply: pb.ListDeadResponse) -> list[JobInfo]:
+    return [JobInfo.from_pb(j) for j in reply.jobs]
+
+
+def _requeued(reply: pb.RequeueDeadResponse) -> int:
+    return int(reply.requeued)
+
+
+def _purged(reply: pb.PurgeDeadResponse) -> int:
+    return int(reply.purged)
+
+
+def _upserted(reply: pb.UpsertScheduleResponse) -> tuple[ScheduleInfo, bool]:
+    return ScheduleInfo.from_pb(reply.schedule), bool(reply.created or reply.changed)
+
+
+def _schedules(reply: pb.ListSchedulesResponse) -> list[ScheduleInfo]:
+    return [ScheduleInfo.from_pb(s) for s in reply.schedules]
+
+
+def _nothing(reply: pb.DeleteScheduleResponse) -> None:
+    return None
+
+
+def _occurrences(reply: pb.NextOccurrencesResponse) -> tuple[list[int], str]:
+    return list(reply.occurrences_ms), reply.timezone
