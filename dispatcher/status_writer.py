@@ -12,7 +12,7 @@ lost job.
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -55,6 +55,7 @@ class StatusWriter:
         self._lock = asyncio.Lock()  # held while committing and forgetting
         self._task: asyncio.Task[None] | None = None
         self._unforgotten: dict[int, set[str]] = defaultdict(set)
+        self._forgets_held: Counter[int] = Counter()  # shard -> forgets_held() blocks open
         self._awaiting_disk: list[tuple[int | None, dict[int, set[str]]]] = []
         self._next_deferred = 0  # the earliest deferred time the loop knows of (0: none)
         self.healthy = True
@@ -127,12 +128,19 @@ class StatusWriter:
             raise StoreUnavailable("the database is not accepting status updates") from None
 
     @asynccontextmanager
-    async def quiesced(self) -> AsyncIterator[None]:
-        """Commit everything pending and hold off further commits (and forgets) inside the block."""
-        async with self._lock:
-            self._force_upto = self._recorded
-            await self._commit_once()
+    async def forgets_held(self, shard: int) -> AsyncIterator[None]:
+        """Drop none of the shard's finished records from Redis inside the block (they are dropped
+        after it): a job Redis does not hold at the start cannot come and go unseen meanwhile.
+        Commits go on, so flush() callers do not wait for the block."""
+        self._forgets_held[shard] += 1
+        try:
             yield
+        finally:
+            self._forgets_held[shard] -= 1
+            if not self._forgets_held[shard]:
+                del self._forgets_held[shard]
+                if shard in self._unforgotten:
+                    self._wake.set()
 
     async def _run(self) -> None:
         backoff = 0.05
@@ -265,6 +273,8 @@ class StatusWriter:
     async def _forget(self) -> None:
         await self._on_disk()
         for shard in list(self._unforgotten):
+            if shard in self._forgets_held:
+                continue
             ids = self._unforgotten.pop(shard)
             try:
                 for chunk in _chunks(sorted(ids), 1000):

@@ -4,8 +4,9 @@ Input:  KEYS[1] jobs, KEYS[2] payloads, KEYS[3] delayed, KEYS[4] ready set of it
 Output: {code, state, token}: code 0 not in Redis, 1 cancelled (will never run), 2 running (flagged:
         it will not be retried; token names the lease to stop), 3 already terminal (state says which)
 A job not in Redis may be committed with its push still on the way (an enqueue is acknowledged at
-its commit): it is noted in cancelled-unqueued, which that push honours. Notes older than an hour
-go; no push waits that long (one that fails leaves the job to the reconciler, which reads the row).
+its commit): it is noted in cancelled-unqueued, which that push and the reconciler's restore honour.
+Notes older than an hour go; no push waits that long (one that fails leaves the job to the
+reconciler, which reads the row).
 ]]
 --- @include "record"
 local id = ARGV[1]

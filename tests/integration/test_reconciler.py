@@ -7,6 +7,7 @@ party (the shard's former owner, a cancel) act at exactly that moment.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from dispatcher.states import JobState, Priority
 from dispatcher.status_writer import StatusWriter, lease_update, transition_update
 from dispatcher.store import JobRow, Store, open_store
 from dispatcher.working_set import NewJob, WorkingSet
+from tests.support.wait import wait_for
 
 SHARD = 3
 JOB_TYPE = "noop.reconciled"
@@ -65,7 +67,9 @@ class Shard:
         now = wall_ms()
         job = NewJob(
             new_job_id(),
-            JobRecord(JOB_TYPE, Priority.DEFAULT, JobState.READY, now, now, max_attempts=3, lease_ttl_ms=60_000),
+            JobRecord(
+                JOB_TYPE, Priority.DEFAULT, JobState.READY, now, now, max_attempts=3, lease_ttl_ms=60_000
+            ),
             b"{}",
         )
         row = JobRow(
@@ -139,6 +143,40 @@ async def test_a_job_cancelled_during_a_reconcile_is_not_restored(shard: Shard, 
     assert await shard.reconciler.reconcile(SHARD, 1) == 0
     assert await shard.working_set.record(SHARD, job.id) is None
     assert (await shard.store.get_job(job.id)).status == "cancelled"  # type: ignore[union-attr]
+
+
+async def test_a_job_pushed_run_and_finished_while_its_page_is_restored_is_not_restored(shard: Shard) -> None:
+    """Redis does not hold the job when the reconciler looks; its enqueue's push arrives right after
+    the reconciler re-read its row, and a worker of this process runs it at once. Its success is
+    committed, but its finished record stays in Redis until the page is restored: dropped earlier,
+    the restore (with the row it read as ready) would put the job back and it would run again."""
+    await shard.acquire(1, "only")
+    job = await shard.commit_new_job()
+
+    async def pushed_and_run() -> None:
+        assert await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]) == [1]
+        (grant,), _ = await shard.working_set.lease(SHARD, 1, wall_ms(), [JOB_TYPE], [int(Priority.DEFAULT)])
+        (done,) = await shard.working_set.ack(SHARD, wall_ms(), [(grant.id, grant.token)])
+        assert done is not None
+        shard.writer.record(SHARD, transition_update(done, wall_ms()))
+        await shard.writer.flush()
+        # The record may go once the commit is on disk (a few hundred ms at most): give it the time.
+        with contextlib.suppress(AssertionError):
+            await wait_for(_gone(shard, job.id), timeout=1.0, interval=0.05)
+
+    shard.store.after_reread.append(pushed_and_run)
+    assert await shard.reconciler.reconcile(SHARD, 1) == 0
+    record = await shard.working_set.record(SHARD, job.id)
+    assert record is None or record.state is JobState.SUCCEEDED
+    assert (await shard.store.get_job(job.id)).status == "succeeded"  # type: ignore[union-attr]
+    await wait_for(_gone(shard, job.id), timeout=10, message="the finished record was never dropped")
+
+
+def _gone(shard: Shard, job_id: str) -> Callable[[], Awaitable[bool]]:
+    async def gone() -> bool:
+        return await shard.working_set.record(SHARD, job_id) is None
+
+    return gone
 
 
 async def test_an_active_job_redis_lost_is_restored_once(shard: Shard) -> None:
