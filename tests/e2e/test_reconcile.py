@@ -22,7 +22,7 @@ from dispatcher.states import Priority
 from dispatcher.store.base import NEW_JOB_COLUMNS
 from shardmap import shard_for
 from tests.support.db import query
-from tests.support.processes import DispatcherProcess, WorkerProcess, read_ledger
+from tests.support.processes import DispatcherProcess, WorkerProcess
 from tests.support.shard_map import settled_view
 from tests.support.wait import wait_until
 from worker_sdk import Client
@@ -134,6 +134,17 @@ def last_started(ledger: Path) -> str | None:
     return str(json.loads(lines[-1])["job"]) if lines else None
 
 
+def starts(ledger: Path) -> Counter[str]:
+    """How many times each job started, read line by line (a million jobs make a long ledger)."""
+    runs: Counter[str] = Counter()
+    with ledger.open() as f:
+        for line in f:
+            event = json.loads(line)
+            if event["event"] == "start":
+                runs[event["job"]] += 1
+    return runs
+
+
 def logged(proc: DispatcherProcess, event: str) -> list[dict[str, Any]]:
     """The JSON log lines of ``event`` the process wrote."""
     lines = (
@@ -157,7 +168,7 @@ def reconcile_after_data_loss(
 ) -> None:
     settings = {"ownership_ttl_ms": OWNERSHIP_TTL_MS}
     d1 = start_dispatcher(redis_url, db_url, dispatcher_id="d1", **settings)
-    start_dispatcher(redis_url, db_url, dispatcher_id="d2", **settings)
+    d2 = start_dispatcher(redis_url, db_url, dispatcher_id="d2", **settings)
     view = wait_until(lambda: settled_view(d1.target, 2), timeout=30)
     shard_count = view.shard_count
     owner = {s.shard: s.owner for s in view.shards}
@@ -195,11 +206,15 @@ def reconcile_after_data_loss(
     assert watch.settled_at is not None and watch.probes > 0
     churn = [c for c in watch.changes if c[0] > watch.settled_at]
     assert not churn, f"shards changed hands or epochs while the reconcile ran: {churn}"
-    # The test shows something only if the reconcile outlasted the leases it must not hold up.
-    (done,) = [e for e in logged(d1, "restored jobs missing from Redis") if e["shard"] == bulk_shard]
-    took = datetime.fromisoformat(done["timestamp"]).timestamp() - lost_at_wall
-    assert done["restored"] == rows and took > 3 * OWNERSHIP_TTL_MS / 1000, done
-    runs = Counter(e["job"] for e in read_ledger(ledger) if e["event"] == "start")
+    # Each job was put back once (d2 may have begun on the shard in the moment it held it), and the
+    # test shows something only if the reconcile outlasted the leases it must not hold up.
+    done = [
+        e for d in (d1, d2) for e in logged(d, "restored jobs missing from Redis") if e["shard"] == bulk_shard
+    ]
+    assert sum(e["restored"] for e in done) == rows, done
+    took = max(datetime.fromisoformat(e["timestamp"]).timestamp() for e in done) - lost_at_wall
+    assert took > 3 * OWNERSHIP_TTL_MS / 1000, f"the reconcile took only {took:.1f} s"
+    runs = starts(ledger)
     assert len(runs) == rows and set(runs.values()) == {1}, Counter(runs.values())
 
 
@@ -213,7 +228,8 @@ def test_a_large_reconcile_lets_ownership_and_the_api_go_on(
 ) -> None:
     """Redis loses everything while 100,000 ready rows of one type wait in the DB: the shard's owner
     restores them (a reconcile lasting many ownership TTLs) while renewing its membership and leases
-    and answering enqueue, cancel and get within a second; every job runs once."""
+    and answering reads within a second (enqueues, cancels and reads that wait for a status write
+    within two); a worker runs the jobs as they come back, and each runs once."""
     reconcile_after_data_loss(
         100_000, start_dispatcher, start_worker, ledger, redis_url, db_url, drain_timeout=90
     )
@@ -229,6 +245,7 @@ def test_a_reconcile_of_a_million_jobs_lets_ownership_and_the_api_go_on(
     redis_url: str,
     db_url: str,
 ) -> None:
+    """The same with the million rows of the incident."""
     reconcile_after_data_loss(
         1_000_000, start_dispatcher, start_worker, ledger, redis_url, db_url, drain_timeout=1500
     )
