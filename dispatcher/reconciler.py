@@ -31,6 +31,9 @@ from .working_set import NewJob, Transition, WorkingSet
 
 log = structlog.get_logger("shardq.reconciler")
 RESTORE_CHUNK = 500  # ids looked up and restored in one go (one restore script call)
+# Shards reconciled at once (a full sweep, or Redis losing every shard, asks for all of them): each
+# keeps a DB connection busy, and the status writer and enqueues need the pool's others.
+SHARDS_AT_ONCE = 2
 
 
 def record_from_row(row: JobRow, now: int, *, requeue: bool = False) -> JobRecord:
@@ -64,13 +67,14 @@ class Reconciler:
         self.on_restored = on_restored  # (shard): jobs were put back, due ones can be promoted now
         self.restored_total = 0
         self._locks: dict[int, asyncio.Lock] = {}
+        self._slots = asyncio.Semaphore(SHARDS_AT_ONCE)
 
     async def reconcile(self, shard: int, epoch: int, still_owner: Callable[[], bool] = lambda: True) -> int:
         """Restore the shard's active jobs that Redis does not hold, a page at a time (stopping early
         once ``still_owner()`` says the shard is gone). Returns how many."""
         lock = self._locks.setdefault(shard, asyncio.Lock())
         restored = caught_up = 0
-        async with lock:
+        async with lock, self._slots:
             async for ids in self.store.active_ids(shard):
                 if not still_owner():
                     break
