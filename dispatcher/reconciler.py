@@ -80,8 +80,9 @@ class Reconciler:
                     break
                 caught_up += self._catch_up(shard, await self.working_set.finished(shard, ids))
                 for i in range(0, len(ids), RESTORE_CHUNK):
-                    async with self.writer.forgets_held(shard):
-                        n = await self._restore_missing(shard, epoch, ids[i : i + RESTORE_CHUNK])
+                    chunk = ids[i : i + RESTORE_CHUNK]
+                    async with self.writer.forgets_held(shard, chunk):
+                        n = await self._restore_missing(shard, epoch, chunk)
                     if n:
                         restored += n
                         self.restored_total += n
@@ -100,7 +101,7 @@ class Reconciler:
         row is read again once Redis is found without it: a finished job's record leaves Redis only
         after its status is committed, so the row then says finished. The restore script skips a job
         Redis holds by then or a cancel noted while Redis did not hold it. The caller holds this
-        process's forgets off, so no job can be pushed, finish and leave Redis in between."""
+        process's forgets of these jobs off, so none can be pushed, finish and leave Redis in between."""
         missing = await self.working_set.missing(shard, ids)
         if not missing:
             return 0
