@@ -119,7 +119,7 @@ async def test_a_job_the_former_owner_finished_after_the_page_was_read_is_not_re
     shard.store.after_page.append(old_owner_finishes_it)
     assert await shard.reconciler.reconcile(SHARD, 2) == 0
     assert await shard.working_set.record(SHARD, job.id) is None
-    assert (await shard.store.get_job(job.id)).status == "succeeded"  # type: ignore[union-attr]
+    assert (await shard.store.get_job(job.id)).status == "succeeded"
 
 
 @pytest.mark.parametrize("moment", ["after the page read", "after the re-read", "with its push arriving"])
@@ -142,7 +142,7 @@ async def test_a_job_cancelled_during_a_reconcile_is_not_restored(shard: Shard, 
     hooks.append(cancel_it)
     assert await shard.reconciler.reconcile(SHARD, 1) == 0
     assert await shard.working_set.record(SHARD, job.id) is None
-    assert (await shard.store.get_job(job.id)).status == "cancelled"  # type: ignore[union-attr]
+    assert (await shard.store.get_job(job.id)).status == "cancelled"
 
 
 async def test_a_job_pushed_run_and_finished_while_its_page_is_restored_is_not_restored(shard: Shard) -> None:
@@ -168,7 +168,7 @@ async def test_a_job_pushed_run_and_finished_while_its_page_is_restored_is_not_r
     assert await shard.reconciler.reconcile(SHARD, 1) == 0
     record = await shard.working_set.record(SHARD, job.id)
     assert record is None or record.state is JobState.SUCCEEDED
-    assert (await shard.store.get_job(job.id)).status == "succeeded"  # type: ignore[union-attr]
+    assert (await shard.store.get_job(job.id)).status == "succeeded"
     await wait_for(_gone(shard, job.id), timeout=10, message="the finished record was never dropped")
 
 
