@@ -15,7 +15,7 @@ from ._pb import shardq_pb2 as pb
 from .clock import steady_ms, wall_ms
 from .config import Settings
 from .coordinator import Coordinator
-from .errors import REDIS_ERRORS, ConfigError, InvalidArgument, NotOwner, StoreUnavailable
+from .errors import REDIS_ERRORS, ConfigError, InvalidArgument, NotOwner
 from .ingest import Ingestor
 from .keys import CLUSTER_KEY, DIRTY_KEY
 from .ownership import Ownership
@@ -64,7 +64,7 @@ class Dispatcher:
         )
         self.coordinator = Coordinator(self)
         self.peers = Peers(peers)
-        self.reconciler = Reconciler(store, self.working_set, self.writer)
+        self.reconciler = Reconciler(store, self.working_set, self.writer, self.wake_promoter)
         self.sessions = SessionRegistry()
         self.ingest = Ingestor(
             settings.shard_count,
@@ -86,6 +86,7 @@ class Dispatcher:
         self._needs_reconcile: set[int] = set()
         self._unflagged: set[int] = set()  # shards to flag in DIRTY_KEY once Redis takes the write
         self._flagging: asyncio.Future[None] | None = None
+        self._reconciles: dict[int, asyncio.Task[None]] = {}
         self._background: set[asyncio.Future[Any]] = set()
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -128,7 +129,7 @@ class Dispatcher:
         # Their last results are read until each worker half-closes; they reach the status writer,
         # which commits them below.
         await self.sessions.all_closed(RESULTS_GRACE_S + 1)
-        await _cancel_all(self._tasks)
+        await _cancel_all([*self._tasks, *self._reconciles.values()])
         self._tasks.clear()
         await self.ingest.commit.stop()
         await self.ingest.settle(QUEUE_BEHIND_GRACE_S)  # what is left, the shards' next owners reconcile
@@ -155,16 +156,6 @@ class Dispatcher:
             )
 
     async def _on_acquired(self, shard: int, epoch: int) -> None:
-        try:
-            await self.reconciler.reconcile(shard, epoch)
-        except (*REDIS_ERRORS, StoreUnavailable) as exc:
-            # The shard is ours now: its loops must run whatever happens here. The reconcile loop
-            # tries again within a second.
-            if not isinstance(exc, StoreUnavailable):
-                note_redis_error("reconcile", exc, shard=shard)
-            else:
-                log.warning("reconcile on acquisition failed; retrying", shard=shard, error=str(exc))
-            self._needs_reconcile.add(shard)
         tasks = self._shard_tasks.get(shard)
         if tasks and not any(t.done() for t in tasks):
             self.promoters[shard].wake()
@@ -183,6 +174,7 @@ class Dispatcher:
                 asyncio.create_task(self.promoters[shard].run(), name=f"promote-{shard}"),
                 asyncio.create_task(self.reapers[shard].run(), name=f"reap-{shard}"),
             ]
+        self._reconcile_soon(shard)
         self.sessions.notify_shard(shard)
 
     async def _on_lost(self, shard: int) -> None:
@@ -210,13 +202,46 @@ class Dispatcher:
         return metas[shard][1]
 
     async def reconcile_now(self, shard: int) -> None:
+        """Start reconciling the shard (see _reconcile_soon); returns at once."""
+        self._reconcile_soon(shard)
+
+    def _reconcile_soon(self, shard: int) -> None:
+        """Reconcile the shard in a task of its own: a large shard takes many ownership TTLs, and the
+        coordinator's tick (heartbeat, renewals, placement) must not wait on it. A request while one
+        runs is kept for after it (its pages may be past the jobs that prompted the request)."""
+        running = self._reconciles.get(shard)
+        if running is not None and not running.done():
+            self._needs_reconcile.add(shard)
+            return
+        self._needs_reconcile.discard(shard)
+        self._reconciles[shard] = asyncio.create_task(self._reconcile(shard), name=f"reconcile-{shard}")
+
+    async def _reconcile(self, shard: int) -> None:
         epoch = self.ownership.epochs.get(shard)
-        if epoch is not None and await self.reconciler.reconcile(shard, epoch):
-            self.promoters[shard].wake()
+        if epoch is None:
+            return
+
+        def still_owner() -> bool:
+            return self.ownership.epochs.get(shard) == epoch
+
+        try:
+            try:
+                await self.reconciler.reconcile(shard, epoch, still_owner)
+            except NotOwner:
+                self._reconciles.pop(shard, None)  # a recovery reconciles the shard again, from the start
+                await self.ownership.recover(shard, epoch)
+        except REDIS_ERRORS as exc:
+            note_redis_error("reconcile", exc, shard=shard)
+            self._needs_reconcile.add(shard)  # tried again by _reconcile_loop
+        except Exception as exc:
+            log.warning("reconcile failed", shard=shard, error=str(exc))
+            self._needs_reconcile.add(shard)
 
     def reconcile_soon(self, shards: Iterable[int]) -> None:
-        """The reconcile loop restores these shards from the DB at its next round (within a second)."""
-        self._needs_reconcile.update(shards)
+        """Restore these shards from the DB now (those this process owns), each in the background."""
+        for shard in shards:
+            if shard in self.ownership.epochs:
+                self._reconcile_soon(shard)
 
     async def cancel(self, job_id: str, shard: int, job_type: str, priority: int, db_status: str) -> str:
         """Cancel a job: one waiting never runs; a running one is told to stop and is not retried.
@@ -312,25 +337,7 @@ class Dispatcher:
             if full:
                 last_full = asyncio.get_running_loop().time()
             for shard in sorted(shards):
-                epoch = self.ownership.epochs.get(shard)
-                if epoch is None:
-                    continue
-                try:
-                    if await self.reconciler.reconcile(shard, epoch):
-                        self.promoters[shard].wake()
-                    self._needs_reconcile.discard(shard)
-                except NotOwner:
-                    try:
-                        await self.ownership.recover(shard, epoch)
-                    except REDIS_ERRORS as exc:
-                        note_redis_error("reconcile", exc, shard=shard)
-                        break
-                except REDIS_ERRORS as exc:
-                    note_redis_error("reconcile", exc, shard=shard)
-                    break  # try again next round
-                except Exception as exc:
-                    log.warning("reconcile failed", shard=shard, error=str(exc))
-                    break
+                self._reconcile_soon(shard)
 
     # -- events from the loops and streams ------------------------------------------------
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -56,6 +56,7 @@ class StatusWriter:
         self._lock = asyncio.Lock()  # held while committing and forgetting
         self._task: asyncio.Task[None] | None = None
         self._unforgotten: dict[int, set[str]] = defaultdict(set)
+        self._forgets_held: dict[int, list[set[str]]] = defaultdict(list)  # shard -> ids, per block
         self._awaiting_disk: list[tuple[int | None, dict[int, set[str]]]] = []
         self._next_deferred = 0  # the earliest deferred time the loop knows of (0: none)
         self.healthy = True
@@ -128,12 +129,20 @@ class StatusWriter:
             raise StoreUnavailable("the database is not accepting status updates") from None
 
     @asynccontextmanager
-    async def quiesced(self) -> AsyncIterator[None]:
-        """Commit everything pending and hold off further commits (and forgets) inside the block."""
-        async with self._lock:
-            self._force_upto = self._recorded
-            await self._commit_once()
+    async def forgets_held(self, shard: int, ids: Iterable[str]) -> AsyncIterator[None]:
+        """Drop none of these jobs' finished records from Redis inside the block (they are dropped
+        after it): one of them that Redis does not hold at the start cannot come and go unseen
+        meanwhile. Commits go on, so flush() callers do not wait for the block."""
+        held = set(ids)
+        self._forgets_held[shard].append(held)
+        try:
             yield
+        finally:
+            self._forgets_held[shard].remove(held)
+            if not self._forgets_held[shard]:
+                del self._forgets_held[shard]
+            if shard in self._unforgotten:
+                self._wake.set()
 
     async def _run(self) -> None:
         backoff = 0.05
@@ -267,6 +276,10 @@ class StatusWriter:
         await self._on_disk()
         for shard in list(self._unforgotten):
             ids = self._unforgotten.pop(shard)
+            held = ids.intersection(set().union(*self._forgets_held.get(shard, ())))
+            if held:
+                self._unforgotten[shard] = held
+                ids -= held
             try:
                 for chunk in _chunks(sorted(ids), 1000):
                     await self.working_set.forget(shard, chunk)

@@ -441,7 +441,7 @@ class WorkingSet:
         for job in jobs:
             args += [job.id, job.record.pack(), job.payload]
         r = await self.scripts.restore_jobs(
-            keys=[k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.types], args=args
+            keys=[k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.types, k.cancelled_unqueued], args=args
         )
         _check_owner(r, shard)
         return int(r)

@@ -5,8 +5,9 @@ Output: {code, state, token}: CANCEL.NOTED not in Redis, CANCEL.CANCELLED (will 
         CANCEL.RUNNING (flagged: it will not be retried; token names the lease to stop),
         CANCEL.FINISHED already terminal (state says which)
 A job not in Redis may be committed with its push still on the way (an enqueue is acknowledged at
-its commit): it is noted in cancelled-unqueued, which that push honours. Notes older than an hour
-go; no push waits that long (one that fails leaves the job to the reconciler, which reads the row).
+its commit): it is noted in cancelled-unqueued, which that push and the reconciler's restore honour.
+Notes older than an hour go; no push waits that long (one that fails leaves the job to the
+reconciler, which reads the row).
 ]]
 --- @include "record"
 local id = ARGV[1]

@@ -26,14 +26,12 @@ local ids = {}
 for i = first, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
 local present = read_many(KEYS[2], ids)
 if redis.call('EXISTS', KEYS[8]) == 1 then
-  local cancelled, noted = read_many(KEYS[8], ids, 'ZMSCORE'), {}
-  for n, id in ipairs(ids) do
-    if cancelled[n] then
-      present[n] = true
-      noted[#noted + 1] = id
-    end
+  -- A note stays until it ages out (cancel.lua): a reconcile may read the job's row before the cancel
+  -- marks it and restore it after this push, and must find the note too.
+  local cancelled = read_many(KEYS[8], ids, 'ZMSCORE')
+  for n in ipairs(ids) do
+    if cancelled[n] then present[n] = true end
   end
-  batched('ZREM', KEYS[8], noted)  -- each note is used once
 end
 local seen = {}
 for n, id in ipairs(ids) do

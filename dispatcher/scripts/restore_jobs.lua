@@ -1,19 +1,28 @@
 --[[ Put jobs back into the working set from the DB: reconciliation after data loss, and dead-letter requeue.
 Input:
-  KEYS[1] meta, KEYS[2] jobs, KEYS[3] payloads, KEYS[4] delayed, KEYS[5] counts, KEYS[6] types
-  ARGV[1] epoch, ARGV[2] mode: 'restore' (only jobs Redis does not know) or 'requeue' (also replaces a
-          dead record), then per job 3 entries: id, packed record (state ignored; it becomes delayed at
-          its run_at), payload
+  KEYS[1] meta, KEYS[2] jobs, KEYS[3] payloads, KEYS[4] delayed, KEYS[5] counts, KEYS[6] types,
+  KEYS[7] cancelled-unqueued
+  ARGV[1] epoch, ARGV[2] mode: 'restore' (only jobs Redis does not know and no cancel noted while it
+          did not know them) or 'requeue' (also replaces a dead record), then per job 3 entries: id,
+          packed record (state ignored; it becomes delayed at its run_at), payload
 Output: FENCE.NOT_OWNER; otherwise the number of jobs put back
+A restore reads its rows before it runs: a cancel in between finds no record and leaves a note, which
+the restore honours (and leaves in place, as enqueue does: the job's push may still be on its way).
 ]]
 --- @include "record"
 if not owns(KEYS[1], ARGV[1]) then return FENCE.NOT_OWNER end
 local requeue = ARGV[2] == 'requeue'
+local ids = {}
+for i = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+local cancelled = {}
+if not requeue and redis.call('EXISTS', KEYS[7]) == 1 then
+  cancelled = read_many(KEYS[7], ids, 'ZMSCORE')
+end
 local n = 0
-for i = 3, #ARGV, 3 do
-  local id = ARGV[i]
+for j, id in ipairs(ids) do
+  local i = 3 * j
   local old = load_job(KEYS[2], id)
-  if old == nil or (requeue and old.s == STATE.DEAD) then
+  if (old == nil and not cancelled[j]) or (requeue and old and old.s == STATE.DEAD) then
     local rec = cmsgpack.unpack(ARGV[i + 1])
     rec.s = nil
     set_state(KEYS[5], rec, STATE.DELAYED)

@@ -395,8 +395,7 @@ class LuaStateMachine(RuleBasedStateMachine):
             record = records.setdefault(spec[:6], self.new_record(spec, DELAYED))
             batch.append(NewJob(job_id, record, payload))
             if job_id in self.jobs or job_id in new_jobs or job_id in self.cancelled_unqueued:
-                self.cancelled_unqueued.discard(job_id)  # skipped once; the note is used up
-                expected.append(0)
+                expected.append(0)  # a note stays: a reconcile's restore of the job may come after
                 continue
             j = MJob(job_id, job_type, prio, DELAYED, run_at, self.now, max_attempts, ttl, idem, payload)
             new_jobs[job_id] = j
@@ -809,14 +808,19 @@ class LuaStateMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), spec=JOB_SPECS)
     def restore_missing(self, data: st.DataObject, spec: tuple[Any, ...]) -> None:
-        """Reconciliation after data loss: only ids Redis does not know are put back (as delayed)."""
+        """Reconciliation after data loss: only ids Redis does not know are put back (as delayed), and
+        not one cancelled while Redis did not know it (its row was read before the cancel)."""
         job_type, prio, offset, max_attempts, ttl, idem, payload = spec
-        pool = sorted(self.forgotten) + [self.fresh_id()]
+        noted = sorted(self.cancelled_unqueued - self.jobs.keys())
+        pool = sorted(self.forgotten) + noted + [self.fresh_id()]
         ids = [data.draw(st.sampled_from(pool), label="missing id")]
         if len(self.jobs) > 0 and data.draw(st.booleans(), label="with a known one"):
             ids.append(data.draw(st.sampled_from(sorted(self.jobs)), label="known id"))  # must be left alone
         run_at = self.now + offset
         batch = [NewJob(job_id, self.new_record(spec, READY), payload) for job_id in ids]
+        if ids[0] in self.cancelled_unqueued:
+            assert self.run(self.ws.restore(SHARD, self.epoch, "restore", batch)) == 0
+            return
         self.jobs[ids[0]] = MJob(
             ids[0], job_type, prio, DELAYED, run_at, self.now, max_attempts, ttl, idem, payload
         )
