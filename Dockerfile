@@ -17,6 +17,7 @@ COPY pyproject.toml README.md ./
 COPY dispatcher ./dispatcher
 COPY worker_sdk ./worker_sdk
 COPY shardmap ./shardmap
+COPY shardq_common ./shardq_common
 
 RUN pip wheel --wheel-dir /wheels .
 

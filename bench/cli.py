@@ -19,7 +19,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dispatcher.logs import configure as configure_logs
+from shardq_common.logs import configure as configure_logs
 
 from .run import Plan, merge, rewrite, run
 from .sizes import FULL, QUICK

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import redis
 
-from dispatcher.embedded import EmbeddedRedis
-from dispatcher.keys import ShardKeys
+from dispatcher.ops.embedded import EmbeddedRedis
+from dispatcher.queue.keys import ShardKeys
 from worker_sdk import Client
 
 
@@ -76,7 +76,7 @@ def measure(jobs: int, types: int, payload_bytes: int, delayed: bool, shards: in
     }
     log = open(Path(tmp) / "dispatcher.log", "wb")  # noqa: SIM115
     dispatcher = subprocess.Popen(
-        [sys.executable, "-m", "dispatcher.cli", "run"],
+        [sys.executable, "-m", "dispatcher.cli.daemon", "run"],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

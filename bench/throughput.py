@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from dispatcher.embedded import EmbeddedRedis
+from dispatcher.ops.embedded import EmbeddedRedis
 from worker_sdk import AsyncClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +77,7 @@ async def run(
     }
     log = open(Path(tmp) / "dispatcher.log", "wb")  # noqa: SIM115
     dispatcher = subprocess.Popen(
-        [sys.executable, "-m", "dispatcher.cli", "run"],
+        [sys.executable, "-m", "dispatcher.cli.daemon", "run"],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -10,27 +10,29 @@ from typing import Any
 import grpc
 import structlog
 
-from . import metrics, redis_client, schedules_file
-from ._pb import shardq_pb2 as pb
-from .clock import steady_ms, wall_ms
+from shardq_common.clock import steady_ms, wall_ms
+from shardq_common.errors import REDIS_ERRORS, ConfigError, InvalidArgument, NotOwner
+from shardq_common.pb import shardq_pb2 as pb
+from shardq_common.tls import ChannelSecurity
+
+from .cluster.coordinator import Coordinator
+from .cluster.peers import Peers
 from .config import Settings
-from .coordinator import Coordinator
-from .errors import REDIS_ERRORS, ConfigError, InvalidArgument, NotOwner
-from .ingest import Ingestor
-from .keys import CLUSTER_KEY, DIRTY_KEY
-from .ownership import Ownership
-from .peers import Peers
-from .promoter import Promoter
-from .reaper import Reaper
-from .reconciler import Reconciler
-from .redis_faults import note_redis_error
-from .scheduler import Scheduler
-from .sessions import RESULTS_GRACE_S, SessionRegistry, WorkerSession
-from .states import CancelCode, EnqueueCode, JobState, Priority
-from .status_writer import LEASE_EXPIRED_ERROR, StatusWriter, returned_update, transition_update
+from .ops import metrics, redis_client
+from .ops.redis_faults import note_redis_error
+from .queue.ingest import Ingestor
+from .queue.keys import CLUSTER_KEY, DIRTY_KEY
+from .queue.ownership import Ownership
+from .queue.promoter import Promoter
+from .queue.reaper import Reaper
+from .queue.reconciler import Reconciler
+from .queue.sessions import RESULTS_GRACE_S, SessionRegistry, WorkerSession
+from .queue.states import CancelCode, EnqueueCode, JobState, Priority
+from .queue.status_writer import LEASE_EXPIRED_ERROR, StatusWriter, returned_update, transition_update
+from .queue.working_set import Grant, NewJob, Transition, WorkingSet
+from .schedules import file as schedules_file
+from .schedules.scheduler import Scheduler
 from .store import Store
-from .tls import ChannelSecurity
-from .working_set import Grant, NewJob, Transition, WorkingSet
 
 QUEUE_BEHIND_GRACE_S = 10.0
 # run_at is wall time: a host this far from Redis's clock runs delayed jobs early or late

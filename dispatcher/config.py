@@ -9,8 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from shardmap import DEFAULT_SHARD_COUNT, MAX_SHARD_COUNT
-
-from .errors import ConfigError
+from shardq_common.errors import ConfigError
 
 # A lease held back longer than this would eat into short lease TTLs (100 ms at least).
 MAX_LEASE_AHEAD_MS = 50

@@ -13,19 +13,20 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from . import metrics, redis_client
-from ._pb import shardq_pb2_grpc as pb_grpc
+from shardq_common.errors import REDIS_DOWN, ConfigError, StoreUnavailable
+from shardq_common.pb import shardq_pb2_grpc as pb_grpc
+from shardq_common.redaction import redact
+
+from .api.job_service import JobService
+from .api.schedule_service import ScheduleService
+from .api.security import ServerSecurity
+from .api.shard_service import ShardService
+from .api.worker_service import WorkerService
 from .app import Dispatcher
 from .config import Settings
-from .embedded import EmbeddedRedis
-from .errors import REDIS_DOWN, ConfigError, StoreUnavailable
-from .job_service import JobService
-from .redaction import redact
-from .schedule_service import ScheduleService
-from .security import ServerSecurity
-from .shard_service import ShardService
+from .ops import metrics, redis_client
+from .ops.embedded import EmbeddedRedis
 from .store import open_store
-from .worker_service import WorkerService
 
 log = structlog.get_logger("shardq.server")
 # What this process sends: a batch of leases (SHARDQ_LEASE_BATCH jobs) with the largest payloads fits.

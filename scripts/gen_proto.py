@@ -1,4 +1,4 @@
-"""Generate the gRPC/protobuf modules in dispatcher/_pb from proto/.
+"""Generate the gRPC/protobuf modules in shardq_common/pb from proto/.
 
 Usage: python scripts/gen_proto.py [--check]
 
@@ -18,8 +18,8 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
-OUT = ROOT / "dispatcher" / "_pb"
-PACKAGE = "dispatcher._pb"
+OUT = ROOT / "shardq_common" / "pb"
+PACKAGE = "shardq_common.pb"
 
 
 def generate() -> dict[str, str]:

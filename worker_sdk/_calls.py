@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from dispatcher._pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2 as pb
 
 from ._convert import (
     STATUS_NAMES,

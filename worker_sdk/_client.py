@@ -11,10 +11,10 @@ from typing import Any, TypeVar
 
 import grpc
 
-from dispatcher._pb import shardq_pb2 as pb
-from dispatcher._pb import shardq_pb2_grpc as pb_grpc
-from dispatcher.errors import ConfigError
-from dispatcher.tls import ChannelSecurity
+from shardq_common.errors import ConfigError
+from shardq_common.pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2_grpc as pb_grpc
+from shardq_common.tls import ChannelSecurity
 
 from . import _calls as calls
 from ._calls import Call

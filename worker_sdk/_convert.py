@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from dispatcher._pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2 as pb
 
 PRIORITIES = {"high": pb.PRIORITY_HIGH, "default": pb.PRIORITY_DEFAULT, "low": pb.PRIORITY_LOW}
 PRIORITY_NAMES = {v: k for k, v in PRIORITIES.items()}

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from dispatcher._pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2 as pb
 
 from ._errors import ShardqError
 

@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 
-from dispatcher._pb import shardq_pb2 as pb
-from dispatcher._pb import shardq_pb2_grpc as pb_grpc
-from dispatcher.wakeup import Wakeup
 from shardmap import shard_for
+from shardq_common.pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2_grpc as pb_grpc
+from shardq_common.wakeup import Wakeup
 
 from ._client import CHANNEL_OPTIONS, resolve_security, resolve_target
 from ._context import JobContext
@@ -151,7 +151,7 @@ class Worker:
         if not handlers:
             raise ValueError("handlers must name at least one job type")
         if not structlog.is_configured():  # the application's own set-up wins
-            from dispatcher.logs import configure
+            from shardq_common.logs import configure
 
             configure(os.environ.get("SHARDQ_LOG_LEVEL", "info"), os.environ.get("SHARDQ_LOG_FORMAT", "auto"))
         if concurrency < 1:

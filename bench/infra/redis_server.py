@@ -6,7 +6,7 @@ import asyncio
 
 import redis
 
-from dispatcher.embedded import EmbeddedRedis
+from dispatcher.ops.embedded import EmbeddedRedis
 
 
 class PrivateRedis:

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from ..clock import wall_ms
-from ..errors import ConfigError, StoreUnavailable
+from shardq_common.clock import wall_ms
+from shardq_common.errors import ConfigError, StoreUnavailable
+
 from .schedules import ScheduleQueries
 
 COLUMNS = (

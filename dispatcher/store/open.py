@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..errors import ConfigError
+from shardq_common.errors import ConfigError
+
 from .base import Store
 
 

@@ -9,9 +9,10 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..clock import wall_ms
-from ..errors import StoreUnavailable
-from ..redaction import redact
+from shardq_common.clock import wall_ms
+from shardq_common.errors import StoreUnavailable
+from shardq_common.redaction import redact
+
 from .base import NEW_JOB_COLUMNS, JobRow, Store, StoreUpdate, Tx
 
 # One statement for a whole batch of status updates (executemany would be a round trip per row);

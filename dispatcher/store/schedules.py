@@ -7,7 +7,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from ..clock import wall_ms
+from shardq_common.clock import wall_ms
 
 if TYPE_CHECKING:
     from .base import JobRow, Tx

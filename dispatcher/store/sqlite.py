@@ -11,7 +11,8 @@ from typing import Any
 
 import aiosqlite
 
-from ..errors import StoreUnavailable
+from shardq_common.errors import StoreUnavailable
+
 from .base import Store, Tx
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import psycopg
 
-from dispatcher.ids import time_of
+from dispatcher.queue.ids import time_of
 from tests.support.pg_cluster import PgCluster
 from tests.support.processes import ROOT, DispatcherProcess, WorkerProcess, read_ledger
 from tests.support.redis_server import RedisServer
@@ -129,7 +129,9 @@ class Soak:
             return []
         try:
             return [
-                c for c in psutil.Process(proc.pid).children() if "dispatcher.cli" in " ".join(c.cmdline())
+                c
+                for c in psutil.Process(proc.pid).children()
+                if "dispatcher.cli.daemon" in " ".join(c.cmdline())
             ]
         except psutil.NoSuchProcess:
             return []
@@ -196,7 +198,7 @@ class Soak:
                 pg.restart(mode="immediate")
             elif fault.kind == "rebalance":
                 result = subprocess.run(
-                    [sys.executable, "-m", "dispatcher.ctl", "--target", supervisor.target, "rebalance"],
+                    [sys.executable, "-m", "dispatcher.cli.ctl", "--target", supervisor.target, "rebalance"],
                     capture_output=True,
                     text=True,
                     cwd=ROOT,

@@ -33,8 +33,9 @@ import yaml  # type: ignore[import-untyped]
 from kubernetes_validate.utils import latest_version, major_minor  # type: ignore[import-untyped]
 from prometheus_client.metrics import MetricWrapperBase
 
-from dispatcher import metrics, schedules_file
 from dispatcher.config import Settings
+from dispatcher.ops import metrics
+from dispatcher.schedules import file as schedules_file
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "shardq"
@@ -296,7 +297,7 @@ PROMETHEUS_OWN = {"up"}
 
 
 def code_metric_names() -> dict[str, set[str]]:
-    """Every metric family dispatcher/metrics.py exports -> the series names it appears as."""
+    """Every metric family dispatcher/ops/metrics.py exports -> the series names it appears as."""
     families = [m for v in vars(metrics).values() if isinstance(v, MetricWrapperBase) for m in v.describe()]
     families += metrics.QueueCollector("redis://unused", 1, 1).describe()
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"], "gauge": [""]}
@@ -328,7 +329,7 @@ def assert_known_metrics(expr: str) -> set[str]:
     series = {name: family for family, names in code_metric_names().items() for name in names}
     used = metric_names(expr) - PROMETHEUS_OWN
     unknown = used - series.keys()
-    assert not unknown, f"not exported by dispatcher/metrics.py: {sorted(unknown)} in {expr}"
+    assert not unknown, f"not exported by dispatcher/ops/metrics.py: {sorted(unknown)} in {expr}"
     return {series[name] for name in used}
 
 

@@ -18,10 +18,10 @@ import grpc
 import pytest
 import redis
 
-from dispatcher._pb import shardq_pb2 as pb
-from dispatcher._pb import shardq_pb2_grpc as pb_grpc
-from dispatcher.records import JobRecord
-from dispatcher.states import JobState, Priority
+from dispatcher.queue.records import JobRecord
+from dispatcher.queue.states import JobState, Priority
+from shardq_common.pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from tests.support.processes import ROOT, read_ledger
 from tests.support.snapshots import count_jobs, db_digest, db_status, redis_digest
 from tests.support.wait import wait_until
@@ -740,7 +740,7 @@ CLI_CASES: list[tuple[list[str], str]] = [
 def test_dispatcherctl_bad_input(dispatcher, redis_url, db_url):
     before_redis, before_db = redis_digest(redis_url), db_digest(db_url)
     env = {k: v for k, v in os.environ.items() if k != "SHARDQ_TARGET"}
-    base = [sys.executable, "-m", "dispatcher.ctl", "--target", dispatcher.target, "--timeout", "20"]
+    base = [sys.executable, "-m", "dispatcher.cli.ctl", "--target", dispatcher.target, "--timeout", "20"]
     procs = [
         (
             args,

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def ctl(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SHARDQ_TARGET"}
     return subprocess.run(
-        [sys.executable, "-m", "dispatcher.ctl", *args],
+        [sys.executable, "-m", "dispatcher.cli.ctl", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -90,7 +90,7 @@ def test_a_start_that_cannot_go_on_says_why_in_one_line(case, processes, taken_p
     )
     env.update({k: v.format(taken=taken_port, closed=closed) for k, v in settings.items()})
     proc = subprocess.run(
-        [sys.executable, "-m", "dispatcher.cli", "run", "--processes", str(processes)],
+        [sys.executable, "-m", "dispatcher.cli.daemon", "run", "--processes", str(processes)],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -1,7 +1,7 @@
 """A dispatcher host's system clock stepping by minutes (NTP, a resumed VM, an operator), while a
 dispatcher runs or between two dispatchers' starts.
 
-The design (dispatcher/clock.py): deadlines and durations (leases, reconnect grace, ownership and
+The design (shardq_common/clock.py): deadlines and durations (leases, reconnect grace, ownership and
 membership, deferred status writes) run on a steady clock, Redis's TIME at process start plus the
 host's boot clock since, so a step changes none of them; run_at (delayed jobs, retry backoff) is
 wall time, so a job is due when the dispatcher's wall clock says so. The step is made through the
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from dispatcher.keys import ALIVE_KEY
+from dispatcher.queue.keys import ALIVE_KEY
 from tests.support.processes import read_ledger
 from tests.support.raw_worker import RawWorker
 from tests.support.snapshots import db_status

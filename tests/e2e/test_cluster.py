@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.keys import ShardKeys
+from dispatcher.queue.keys import ShardKeys
 from tests.support.processes import DispatcherProcess, read_ledger
 from tests.support.redis_cluster import RedisCluster3
 from tests.support.wait import wait_until

@@ -18,9 +18,9 @@ import pytest
 import redis
 from psycopg import sql
 
-from dispatcher.ingest import MAX_UNQUEUED
-from dispatcher.keys import ShardKeys
-from dispatcher.records import JobRecord
+from dispatcher.queue.ingest import MAX_UNQUEUED
+from dispatcher.queue.keys import ShardKeys
+from dispatcher.queue.records import JobRecord
 from tests.support.pg_cluster import PgCluster, find_pg_bin
 from tests.support.processes import read_ledger
 from tests.support.snapshots import count_jobs, db_status, job_keys_in_redis

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from dispatcher._pb import shardq_pb2 as pb
 from shardmap import shard_for
+from shardq_common.pb import shardq_pb2 as pb
 from tests.support.raw_worker import RawWorker
 from tests.support.shard_map import settled_view
 from tests.support.wait import wait_for, wait_until

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from dispatcher._pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2 as pb
 from tests.support.raw_worker import RawWorker
 from tests.support.wait import wait_for
 from worker_sdk import AsyncClient

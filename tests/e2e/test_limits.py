@@ -14,12 +14,12 @@ import psycopg
 import pytest
 import redis
 
-from dispatcher._pb import shardq_pb2 as pb
-from dispatcher._pb import shardq_pb2_grpc as pb_grpc
-from dispatcher.keys import DIRTY_KEY, ShardKeys
-from dispatcher.tls import ChannelSecurity
-from dispatcher.working_set import SCRIPT_BATCH
+from dispatcher.queue.keys import DIRTY_KEY, ShardKeys
+from dispatcher.queue.working_set import SCRIPT_BATCH
 from shardmap import shard_for
+from shardq_common.pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2_grpc as pb_grpc
+from shardq_common.tls import ChannelSecurity
 from tests.support.shard_map import settled_view
 from tests.support.snapshots import count_jobs, db_digest, redis_digest
 from tests.support.wait import wait_until

@@ -93,7 +93,7 @@ def _ownership(port: int) -> tuple[float | None, float | None]:
 
 def _health(target: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "dispatcher.ctl", "--target", target, "--timeout", "3", "health"],
+        [sys.executable, "-m", "dispatcher.cli.ctl", "--target", target, "--timeout", "3", "health"],
         capture_output=True,
         text=True,
         timeout=30,

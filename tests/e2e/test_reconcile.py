@@ -16,9 +16,9 @@ import psycopg
 import pytest
 import redis
 
-from dispatcher.ids import new_job_ids
-from dispatcher.keys import ALIVE_KEY, ShardKeys
-from dispatcher.states import Priority
+from dispatcher.queue.ids import new_job_ids
+from dispatcher.queue.keys import ALIVE_KEY, ShardKeys
+from dispatcher.queue.states import Priority
 from dispatcher.store.base import NEW_JOB_COLUMNS
 from shardmap import shard_for
 from tests.support.db import query

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from dispatcher.failpoints import CRASH_EXIT_CODE
-from dispatcher.keys import ShardKeys
-from dispatcher.records import JobRecord
-from dispatcher.states import JobState
+from dispatcher.queue.failpoints import CRASH_EXIT_CODE
+from dispatcher.queue.keys import ShardKeys
+from dispatcher.queue.records import JobRecord
+from dispatcher.queue.states import JobState
 from shardmap import shard_for
 from tests.e2e.conftest import TEST_SETTINGS
 from tests.support.db import query, statuses

@@ -15,9 +15,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from dispatcher._pb import shardq_pb2 as pb
-from dispatcher.keys import ShardKeys
+from dispatcher.queue.keys import ShardKeys
 from shardmap import shard_for
+from shardq_common.pb import shardq_pb2 as pb
 from tests.e2e.conftest import TEST_SETTINGS
 from tests.support.processes import events
 from tests.support.raw_worker import RawWorker

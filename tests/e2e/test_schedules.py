@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from dispatcher.cron import Cron
-from dispatcher.failpoints import CRASH_EXIT_CODE
-from dispatcher.ids import time_of
+from dispatcher.queue.failpoints import CRASH_EXIT_CODE
+from dispatcher.queue.ids import time_of
+from dispatcher.schedules.cron import Cron
 from shardmap import shard_for
 from tests.e2e.conftest import TEST_SETTINGS
 from tests.e2e.test_operations import scrape
@@ -386,7 +386,7 @@ def test_upsert_is_idempotent_and_bad_schedules_are_refused_changing_nothing(
 def test_dispatcherctl_schedule_commands(dispatcher: DispatcherProcess) -> None:
     def ctl(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "dispatcher.ctl", "--target", dispatcher.target, *args],
+            [sys.executable, "-m", "dispatcher.cli.ctl", "--target", dispatcher.target, *args],
             capture_output=True,
             text=True,
             timeout=30,

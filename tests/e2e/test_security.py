@@ -23,11 +23,11 @@ import pytest
 import redis as redis_lib
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dispatcher import keys
-from dispatcher._pb import shardq_pb2 as pb
-from dispatcher._pb import shardq_pb2_grpc as pb_grpc
-from dispatcher.tls import ChannelSecurity
+from dispatcher.queue import keys
 from shardmap import shard_for
+from shardq_common.pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2_grpc as pb_grpc
+from shardq_common.tls import ChannelSecurity
 from tests.support.certs import CertificateAuthority
 from tests.support.processes import DispatcherProcess
 from tests.support.redis_cluster import ClusterNodeServer, cluster_port, find_redis_cli
@@ -231,7 +231,7 @@ def test_dispatcherctl_takes_a_token_and_a_ca(secured):
         argv = [
             sys.executable,
             "-m",
-            "dispatcher.ctl",
+            "dispatcher.cli.ctl",
             "--target",
             proc.target,
             "--tls-ca",

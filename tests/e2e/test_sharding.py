@@ -286,8 +286,8 @@ def test_clients_send_each_job_to_its_shards_owner(start_dispatcher, redis_url, 
         with Client(procs[0].target, timeout=15) as client:
             unrouted_id = client.enqueue(theirs[2])
         cli = subprocess.run(
-            [sys.executable, "-m", "dispatcher.ctl", "--target", procs[0].target, "--timeout", "15",
-             "enqueue", theirs[2]],
+            [sys.executable, "-m", "dispatcher.cli.ctl", "--target", procs[0].target,
+             "--timeout", "15", "enqueue", theirs[2]],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     finally:

@@ -14,8 +14,8 @@ import grpc
 import psutil
 import pytest
 
-from dispatcher._pb import shardq_pb2 as pb
-from dispatcher._pb import shardq_pb2_grpc as pb_grpc
+from shardq_common.pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from tests.support.processes import events, read_ledger
 from tests.support.raw_worker import RawWorker
 from tests.support.snapshots import redis_digest

@@ -1,7 +1,7 @@
 """Stateful property test of the Redis working set.
 
 A hypothesis ``RuleBasedStateMachine`` drives the REAL Lua transitions through
-``dispatcher.working_set.WorkingSet`` on a REAL redis-server, against a small
+``dispatcher.queue.working_set.WorkingSet`` on a REAL redis-server, against a small
 pure-Python model of one shard. The model predicts every answer (grants, tokens,
 deadlines, transitions, backoff, counts) and, after every step, the whole shard
 is read back from Redis and checked against the model and against invariants
@@ -53,12 +53,12 @@ from hypothesis.stateful import (
 )
 
 from dispatcher.config import RetryPolicy
-from dispatcher.errors import NotOwner
-from dispatcher.keys import ShardKeys
-from dispatcher.records import JobRecord
-from dispatcher.scripting import LUA_CODE_TABLES, SCRIPT_NAMES, codes_include
-from dispatcher.states import ACTIVE, TERMINAL, TRANSITIONS, DeadReason, JobState, Priority
-from dispatcher.working_set import CancelOutcome, Grant, NackSpec, NewJob, Transition, WorkingSet
+from dispatcher.queue.keys import ShardKeys
+from dispatcher.queue.records import JobRecord
+from dispatcher.queue.scripting import LUA_CODE_TABLES, SCRIPT_NAMES, codes_include
+from dispatcher.queue.states import ACTIVE, TERMINAL, TRANSITIONS, DeadReason, JobState, Priority
+from dispatcher.queue.working_set import CancelOutcome, Grant, NackSpec, NewJob, Transition, WorkingSet
+from shardq_common.errors import NotOwner
 from tests.support.redis_server import RedisServer
 
 T = TypeVar("T")
@@ -1013,7 +1013,7 @@ def test_enqueue_counts_a_record_packed_with_a_state(redis_port: int) -> None:
             await ws.acquire(SHARD, 1, "owner", T0, T0)
 
             def job(job_id: str, run_at: int) -> NewJob:
-                # What dispatcher/ingest.py builds: state=DELAYED for every new job.
+                # What dispatcher/queue/ingest.py builds: state=DELAYED for every new job.
                 return NewJob(job_id, JobRecord("alpha", Priority.DEFAULT, DELAYED, run_at, T0, 3, 100), b"")
 
             await ws.enqueue(SHARD, 1, T0, [job("d1", T0 + 50), job("d2", T0 + 50), job("r1", T0)])
@@ -1031,7 +1031,7 @@ def test_enqueue_counts_a_record_packed_with_a_state(redis_port: int) -> None:
 
 
 def test_lua_reads_the_states_and_codes_python_defines(redis_port: int) -> None:
-    """The `codes` include, run by Redis, holds the values of the enums in dispatcher/states.py."""
+    """The `codes` include, run by Redis, holds the values of the enums in dispatcher/queue/states.py."""
     tables = ["STATE", "REASON", *LUA_CODE_TABLES]
     script = (
         codes_include()

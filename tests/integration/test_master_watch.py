@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dispatcher.failover import MasterWatch
-from dispatcher.redis_client import connect
+from dispatcher.cluster.failover import MasterWatch
+from dispatcher.ops.redis_client import connect
 
 
 async def test_a_restart_and_a_promotion_are_noticed_once_each(private_redis):

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 import redis.asyncio as aredis
 
-from dispatcher.clock import wall_ms
-from dispatcher.ids import new_job_id
-from dispatcher.reconciler import Reconciler
-from dispatcher.records import JobRecord
-from dispatcher.states import JobState, Priority
-from dispatcher.status_writer import StatusWriter, lease_update, transition_update
+from dispatcher.queue.ids import new_job_id
+from dispatcher.queue.reconciler import Reconciler
+from dispatcher.queue.records import JobRecord
+from dispatcher.queue.states import JobState, Priority
+from dispatcher.queue.status_writer import StatusWriter, lease_update, transition_update
+from dispatcher.queue.working_set import NewJob, WorkingSet
 from dispatcher.store import JobRow, Store, open_store
-from dispatcher.working_set import NewJob, WorkingSet
+from shardq_common.clock import wall_ms
 from tests.support.wait import wait_for
 
 SHARD = 3

@@ -4,7 +4,7 @@ reuse a version whose occurrences were materialized and then cancelled."""
 
 from __future__ import annotations
 
-from dispatcher.ids import occurrence_job_id
+from dispatcher.queue.ids import occurrence_job_id
 from dispatcher.store import ScheduleRow, Store, open_store
 
 RETIRED = "0005_retired_schedule_versions.sql"

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from dispatcher._pb import shardq_pb2 as pb
-from dispatcher.clock import wall_ms
 from dispatcher.config import Settings
-from dispatcher.keys import ShardKeys
-from dispatcher.scheduler import Scheduler
+from dispatcher.queue.keys import ShardKeys
+from dispatcher.schedules.scheduler import Scheduler
 from dispatcher.server import start_dispatcher
 from shardmap import shard_for
+from shardq_common.clock import wall_ms
+from shardq_common.pb import shardq_pb2 as pb
 from tests.support.ports import free_port
 from tests.support.wait import wait_for
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from dispatcher.config import Settings
-from dispatcher.keys import ShardKeys
-from dispatcher.records import JobRecord
+from dispatcher.queue.keys import ShardKeys
+from dispatcher.queue.records import JobRecord
+from dispatcher.queue.states import JobState
+from dispatcher.queue.working_set import Grant
 from dispatcher.server import RunningDispatcher, start_dispatcher
-from dispatcher.states import JobState
-from dispatcher.working_set import Grant
 from shardmap import shard_for
 from tests.support.ports import free_port
 from tests.support.raw_worker import RawWorker

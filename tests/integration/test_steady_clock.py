@@ -1,4 +1,4 @@
-"""The steady clock across processes (dispatcher/clock.py), with real processes and a real Redis.
+"""The steady clock across processes (shardq_common/clock.py), with real processes and a real Redis.
 
 Deadlines one process writes to Redis another compares with its own steady clock, so processes
 must agree on steady time however their host's wall clock stepped before or between their starts.
@@ -22,8 +22,8 @@ AGREE_MS = 50
 
 _READ = """
 import sys
-from dispatcher.clock import anchor_steady, elapsed_ns, steady_ms, wall_ms
-from dispatcher.redis_client import anchor_steady_clock_sync, connect_sync
+from shardq_common.clock import anchor_steady, elapsed_ns, steady_ms, wall_ms
+from dispatcher.ops.redis_client import anchor_steady_clock_sync, connect_sync
 
 unanchored = steady_ms() - wall_ms()
 redis = connect_sync(sys.argv[1])

@@ -21,12 +21,12 @@ from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
 from dispatcher.config import RetryPolicy
-from dispatcher.errors import REDIS_DOWN, NotOwner
-from dispatcher.keys import CLUSTER_KEY, ShardKeys
-from dispatcher.records import JobRecord
-from dispatcher.redis_client import ClusterUnavailable, ShardqRedisCluster, connect
-from dispatcher.states import JobState, Priority
-from dispatcher.working_set import NackSpec, NewJob, WorkingSet
+from dispatcher.ops.redis_client import ClusterUnavailable, ShardqRedisCluster, connect
+from dispatcher.queue.keys import CLUSTER_KEY, ShardKeys
+from dispatcher.queue.records import JobRecord
+from dispatcher.queue.states import JobState, Priority
+from dispatcher.queue.working_set import NackSpec, NewJob, WorkingSet
+from shardq_common.errors import REDIS_DOWN, NotOwner
 from tests.support.ports import free_port
 from tests.support.redis_cluster import RedisCluster3
 from tests.support.wait import wait_for

@@ -14,9 +14,9 @@ from typing import Any
 
 import grpc
 
-from dispatcher._pb import shardq_pb2 as pb
-from dispatcher._pb import shardq_pb2_grpc as pb_grpc
-from dispatcher.tls import ChannelSecurity
+from shardq_common.pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2_grpc as pb_grpc
+from shardq_common.tls import ChannelSecurity
 
 from .ports import free_port
 
@@ -67,7 +67,7 @@ class DispatcherProcess:
             }
         )
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "dispatcher.cli", "run"],
+            [sys.executable, "-m", "dispatcher.cli.daemon", "run"],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -7,8 +7,8 @@ from typing import Any
 
 import grpc
 
-from dispatcher._pb import shardq_pb2 as pb
-from dispatcher._pb import shardq_pb2_grpc as pb_grpc
+from shardq_common.pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 
 
 class RawWorker:

@@ -22,7 +22,7 @@ from types import TracebackType
 import redis
 from redis.crc import key_slot
 
-from dispatcher.embedded import newest_on_path
+from dispatcher.ops.embedded import newest_on_path
 
 from .redis_server import HOST, RedisServer, find_redis_server
 from .wait import wait_until

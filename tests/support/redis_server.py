@@ -20,7 +20,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from dispatcher import embedded
+from dispatcher.ops import embedded
 
 from .ports import free_port
 from .wait import wait_until

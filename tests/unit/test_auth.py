@@ -6,12 +6,12 @@ import hashlib
 
 import pytest
 
-from dispatcher import auth
-from dispatcher._pb import shardq_pb2 as pb
-from dispatcher.auth import ADMIN, PEER, PRODUCER, WORKER, Principal, TokenTable
+from dispatcher.api import auth
+from dispatcher.api.auth import ADMIN, PEER, PRODUCER, WORKER, Principal, TokenTable
 from dispatcher.config import Settings
-from dispatcher.errors import ConfigError, PermissionDenied
-from dispatcher.redaction import SecretFilter, redact
+from shardq_common.errors import ConfigError, PermissionDenied
+from shardq_common.pb import shardq_pb2 as pb
+from shardq_common.redaction import SecretFilter, redact
 
 PRODUCER_TOKEN = "producer-token-0123456789"
 WORKER_TOKEN = "worker-token-0123456789"

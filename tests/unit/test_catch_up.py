@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.catch_up import CatchUp, plan_tick
-from dispatcher.cron import Cron
+from dispatcher.schedules.catch_up import CatchUp, plan_tick
+from dispatcher.schedules.cron import Cron
 
 MINUTE = 60_000
 NOW = 1_780_000_000_000 // MINUTE * MINUTE + 20_000  # 20 s past a minute

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from dispatcher.config import FairnessPolicy, RetryPolicy, Settings
-from dispatcher.errors import ConfigError
+from shardq_common.errors import ConfigError
 
 
 def test_defaults_match_the_mission():

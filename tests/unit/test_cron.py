@@ -10,8 +10,8 @@ from cronsim import CronSim, CronSimError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.cron import Cron, CronError, normalize
-from dispatcher.ids import occurrence_job_id, time_of
+from dispatcher.queue.ids import occurrence_job_id, time_of
+from dispatcher.schedules.cron import Cron, CronError, normalize
 
 
 def ms(text: str) -> int:

@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher.config import FairnessPolicy
-from dispatcher.fairness import FairPicker
-from dispatcher.states import Priority
+from dispatcher.queue.fairness import FairPicker
+from dispatcher.queue.states import Priority
 
 
 @given(st.tuples(st.integers(1, 20), st.integers(1, 20), st.integers(1, 20)), st.integers(1, 50))

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 
-from dispatcher.metrics import LATENCY_BUCKETS, observe_many
+from dispatcher.ops.metrics import LATENCY_BUCKETS, observe_many
 
 # Bounds themselves are in the draws: a value on a bound belongs to that bound's bucket.
 VALUES = st.lists(

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from dispatcher.clock import wall_ms_exact
-from dispatcher.precise_timer import PreciseTimer
-from dispatcher.wakeup import Wakeup
+from shardq_common.clock import wall_ms_exact
+from shardq_common.precise_timer import PreciseTimer
+from shardq_common.wakeup import Wakeup
 
 
 def test_callbacks_run_in_instant_order_never_early_and_not_when_cancelled() -> None:

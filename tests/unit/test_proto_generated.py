@@ -1,4 +1,4 @@
-"""The generated code in dispatcher/_pb matches proto/ (run scripts/gen_proto.py after editing proto/)."""
+"""The generated code in shardq_common/pb matches proto/ (run scripts/gen_proto.py after editing proto/)."""
 
 from __future__ import annotations
 

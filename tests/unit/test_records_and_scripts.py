@@ -6,10 +6,10 @@ from importlib import resources
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.ids import _encode, ids_from, new_job_id, time_of
-from dispatcher.records import JobRecord
-from dispatcher.scripting import LUA_CODE_TABLES, SCRIPT_NAMES, script_source
-from dispatcher.states import DeadReason, JobState, Priority
+from dispatcher.queue.ids import _encode, ids_from, new_job_id, time_of
+from dispatcher.queue.records import JobRecord
+from dispatcher.queue.scripting import LUA_CODE_TABLES, SCRIPT_NAMES, script_source
+from dispatcher.queue.states import DeadReason, JobState, Priority
 
 
 @given(
@@ -78,7 +78,7 @@ def _code_of(source: str) -> list[tuple[int, str]]:
 
 
 def _script_files() -> list[tuple[str, str]]:
-    root = resources.files("dispatcher") / "scripts"
+    root = resources.files("dispatcher.queue") / "scripts"
     files = [(f"{name}.lua", (root / f"{name}.lua").read_text()) for name in SCRIPT_NAMES]
     includes = [p for p in (root / "includes").iterdir() if p.name.endswith(".lua")]
     files += [(f"includes/{p.name}", p.read_text()) for p in includes]
@@ -90,7 +90,7 @@ _CODE_TABLES = ("STATE", "REASON", *LUA_CODE_TABLES)
 
 
 def test_the_scripts_name_every_state_and_result_code_from_the_generated_include():
-    """States, dead-letter reasons and result codes come from the enums of dispatcher/states.py
+    """States, dead-letter reasons and result codes come from the enums of dispatcher/queue/states.py
     through the generated `codes` include: a literal written in a script instead would not follow a
     change of the enum, and Python and Lua would disagree."""
     found = []

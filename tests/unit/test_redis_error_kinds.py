@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from redis import exceptions as rex
 
-from dispatcher.errors import redis_error_kind, redis_transient
-from dispatcher.redis_client import ClusterUnavailable, ReadOnlyReplica
+from dispatcher.ops.redis_client import ClusterUnavailable, ReadOnlyReplica
+from shardq_common.errors import redis_error_kind, redis_transient
 
 
 @pytest.mark.parametrize(

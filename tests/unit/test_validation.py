@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher._pb import shardq_pb2 as pb
+from dispatcher.api.validation import job_spec
 from dispatcher.config import Settings
-from dispatcher.errors import InvalidArgument
-from dispatcher.states import Priority
-from dispatcher.validation import job_spec
+from dispatcher.queue.states import Priority
+from shardq_common.errors import InvalidArgument
+from shardq_common.pb import shardq_pb2 as pb
 
 NOW = 1_800_000_000_000
 S = Settings()

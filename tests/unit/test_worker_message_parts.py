@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher._pb import shardq_pb2 as pb
 from dispatcher.config import Settings
-from dispatcher.errors import ConfigError
+from shardq_common.errors import ConfigError
+from shardq_common.pb import shardq_pb2 as pb
 from worker_sdk._worker import MAX_RESULT_BYTES, MESSAGE_BYTES, MESSAGE_LEASES, _parts
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher._pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2 as pb
 from tests.support.wait import wait_for
 from worker_sdk import JobContext, Worker
 

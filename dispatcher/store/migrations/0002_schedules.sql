@@ -1,5 +1,5 @@
 -- Recurring jobs. A schedule belongs to the shard of its job type; that shard's owner
--- materializes its occurrences into jobs (see dispatcher/scheduler.py).
+-- materializes its occurrences into jobs (see dispatcher/schedules/scheduler.py).
 CREATE TABLE schedules (
     name TEXT PRIMARY KEY,
     cron TEXT NOT NULL,

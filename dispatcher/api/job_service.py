@@ -1,0 +1,273 @@
+"""JobService: the client API (enqueue, inspect, cancel, stats, dead-letter queue)."""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+import structlog
+
+from shardmap import shard_for
+from shardq_common.clock import wall_ms
+from shardq_common.errors import REDIS_ERRORS, DispatcherError, InvalidArgument, NotFound, redis_transient
+from shardq_common.pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2_grpc as pb_grpc
+
+from .. import PROTOCOL_VERSION, __version__
+from ..ops.redis_faults import note_redis_error
+from ..queue.reconciler import record_from_row
+from ..queue.states import JobState
+from ..queue.working_set import NewJob
+from ..store import DeadFilter, JobRow
+from . import auth, validation
+
+if TYPE_CHECKING:
+    from ..app import Dispatcher
+
+log = structlog.get_logger("shardq.job_service")
+R = TypeVar("R")
+_STATUS = {
+    "delayed": pb.JOB_STATUS_DELAYED,
+    "ready": pb.JOB_STATUS_READY,
+    "leased": pb.JOB_STATUS_LEASED,
+    "succeeded": pb.JOB_STATUS_SUCCEEDED,
+    "dead": pb.JOB_STATUS_DEAD,
+    "cancelled": pb.JOB_STATUS_CANCELLED,
+}
+MAX_LIST = 10_000
+STATS_SETTLE_S = 2.0
+# Terminal states whose details (result, error) only the DB row holds.
+_OUTCOMES = (JobState.SUCCEEDED, JobState.DEAD)
+
+
+def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """Map errors to gRPC status in one place."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> R:
+        try:
+            return await method(self, request, context)
+        except DispatcherError as exc:
+            await context.abort(exc.code, str(exc))
+        except REDIS_ERRORS as exc:
+            # Down, or refusing writes for now (READONLY, OOM, ...): worth retrying. Any other error
+            # reply is no outage: retrying would meet it again.
+            note_redis_error("rpc", exc, method=method.__name__)
+            if redis_transient(exc):
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {exc}")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the dispatcher log")
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            log.exception("request failed", method=method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the dispatcher log")
+        raise AssertionError("unreachable")
+
+    return wrapper
+
+
+class JobService(pb_grpc.JobServiceServicer):
+    def __init__(self, app: Dispatcher) -> None:
+        self.app = app
+        self.settings = app.settings
+
+    @rpc
+    async def Enqueue(self, request: pb.EnqueueRequest, context: Any) -> pb.EnqueueResponse:
+        now = wall_ms()
+        job = validation.job_spec(request.job, "job", self.settings, now)
+        auth.check_types([job.type], "job.type")
+        [(job_id, created)] = await self.app.ingest.enqueue([job], now)
+        return pb.EnqueueResponse(job_id=job_id, created=created)
+
+    @rpc
+    async def EnqueueMany(self, request: pb.EnqueueManyRequest, context: Any) -> pb.EnqueueManyResponse:
+        validation.batch_size(len(request.jobs), self.settings)
+        now = wall_ms()
+        jobs = [
+            validation.job_spec(spec, f"jobs[{i}]", self.settings, now) for i, spec in enumerate(request.jobs)
+        ]
+        if not all(map(auth.may_use, {job.type for job in jobs})):  # then name the first job refused
+            for i, job in enumerate(jobs):
+                auth.check_types([job.type], f"jobs[{i}].type")
+        results = await self.app.ingest.enqueue(jobs, now)
+        return pb.EnqueueManyResponse(job_ids=[r[0] for r in results], created=[r[1] for r in results])
+
+    @rpc
+    async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:
+        job_id = validation.job_id(request.job_id)
+        row = await self._committed_row(job_id)
+        if row is None:
+            raise NotFound(f"no job {job_id}")
+        auth.check_types([row.type], "job_id")  # a producer reads the jobs of the types it may enqueue
+        # Redis holds the live state; the row may lag it by the write-behind interval.
+        record = await self.app.working_set.record(row.shard, job_id)
+        if record is not None and record.state in _OUTCOMES and row.status != record.state:
+            # It finished after the row was read. Its outcome (result, error) is only in the DB:
+            # read the row again, and until that write is committed (by whichever process owns
+            # the shard) report the row as it is, never a success without its result.
+            row = await self._committed_row(job_id) or row
+            record = None
+        message = job_message(row)
+        if record is not None:
+            message.status = _STATUS[str(record.state)]
+            message.attempts, message.failures = record.attempts, record.failures
+            message.expirations = record.expirations
+            message.lease_until_ms = record.deadline_ms if record.state is JobState.LEASED else 0
+            if record.state in (JobState.DELAYED, JobState.READY):
+                message.run_at_ms = record.run_at_ms
+        return message
+
+    async def _committed_row(self, job_id: str) -> JobRow | None:
+        """The job's row, after this process's pending status writes for it are committed."""
+        if self.app.writer.is_pending(job_id):
+            await self.app.writer.flush()
+        return await self.app.store.get_job(job_id)
+
+    @rpc
+    async def CancelJob(self, request: pb.CancelJobRequest, context: Any) -> pb.CancelJobResponse:
+        job_id = validation.job_id(request.job_id)
+        row = await self.app.store.get_job(job_id)
+        if row is None:
+            raise NotFound(f"no job {job_id}")
+        auth.check_types([row.type], "job_id")
+        status = await self.app.cancel(job_id, row.shard, row.type, row.priority, row.status)
+        return pb.CancelJobResponse(status=_STATUS[status])
+
+    @rpc
+    async def Stats(self, request: pb.StatsRequest, context: Any) -> pb.StatsResponse:
+        queues: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        # Jobs this process acknowledged are counted once queued (another process's, within moments).
+        await self.app.ingest.settle(STATS_SETTLE_S)
+        counts = await self.app.working_set.counts(range(self.settings.shard_count))
+        for (job_type, prio, state), n in counts.items():
+            queues[(job_type, prio)][state] += n
+        for (job_type, prio), n in (await self.app.store.dead_counts()).items():
+            queues[(job_type, prio)]["dead"] += n
+        now = wall_ms()
+        out = []
+        for (job_type, prio), c in sorted(queues.items()):
+            if not auth.may_use(job_type):  # a scoped producer sees its own queues only
+                continue
+            oldest = 0
+            if c["ready"]:
+                ready_at = await self.app.working_set.oldest_ready(
+                    shard_for(job_type, self.settings.shard_count), job_type, prio
+                )
+                oldest = max(0, now - ready_at) if ready_at else 0
+            out.append(
+                pb.QueueStats(
+                    type=job_type,
+                    priority=validation.priority_to_pb(prio),
+                    delayed=c["delayed"],
+                    ready=c["ready"],
+                    leased=c["leased"],
+                    dead=c["dead"],
+                    oldest_ready_age_ms=oldest,
+                )
+            )
+        schedules = [
+            pb.ScheduleStats(
+                name=r.name,
+                type=r.type,
+                materialized=r.materialized,
+                skipped=r.skipped,
+                next_occurrence_ms=(r.next_occurrence_ms or 0) if r.enabled else 0,
+            )
+            for r in await self.app.store.list_schedules()
+        ]
+        return pb.StatsResponse(queues=out, schedules=schedules)
+
+    @rpc
+    async def ListDead(self, request: pb.ListDeadRequest, context: Any) -> pb.ListDeadResponse:
+        where = self._filter(request.filter)
+        limit = request.limit or 100
+        if limit > MAX_LIST:
+            raise InvalidArgument(f"limit: at most {MAX_LIST}")
+        if request.after_id:
+            validation.job_id(request.after_id, "after_id")
+        await self.app.writer.flush()
+        rows = await self.app.store.list_dead(where, limit, request.after_id)
+        return pb.ListDeadResponse(jobs=[job_message(r) for r in rows])
+
+    @rpc
+    async def RequeueDead(self, request: pb.RequeueDeadRequest, context: Any) -> pb.RequeueDeadResponse:
+        if request.all == bool(request.job_ids):
+            raise InvalidArgument("give job_ids or all=true, not both and not neither")
+        ids = [validation.job_id(j, f"job_ids[{i}]") for i, j in enumerate(request.job_ids)]
+        if len(ids) > MAX_LIST:
+            raise InvalidArgument(f"job_ids: at most {MAX_LIST}")
+        where = self._filter(request.filter)
+        await self.app.writer.flush()
+        requeued = 0
+        after = ""
+        while True:
+            if ids:
+                rows = [r for r in await self.app.store.get_jobs(ids) if r.status == "dead"]
+            else:
+                rows = await self.app.store.list_dead(where, 1000, after)
+            if not rows:
+                break
+            requeued += await self._requeue(rows)
+            if ids:
+                break
+            after = rows[-1].id
+        return pb.RequeueDeadResponse(requeued=requeued)
+
+    async def _requeue(self, rows: list[JobRow]) -> int:
+        now = wall_ms()
+        by_shard: dict[int, list[JobRow]] = defaultdict(list)
+        for r in rows:
+            by_shard[r.shard].append(r)
+        n = 0
+        for shard, group in by_shard.items():
+            jobs = [NewJob(r.id, record_from_row(r, now, requeue=True), r.payload) for r in group]
+            # The row first: once the job runs again its status updates must find it active.
+            await self.app.store.requeue_dead([r.id for r in group], now)
+            n += await self.app.working_set.restore(shard, await self.app.shard_epoch(shard), "requeue", jobs)
+            self.app.wake_promoter(shard, now)
+        return n
+
+    @rpc
+    async def PurgeDead(self, request: pb.PurgeDeadRequest, context: Any) -> pb.PurgeDeadResponse:
+        where = self._filter(request.filter)
+        await self.app.writer.flush()
+        return pb.PurgeDeadResponse(purged=await self.app.store.purge_dead(where))
+
+    @rpc
+    async def GetVersion(self, request: pb.GetVersionRequest, context: Any) -> pb.GetVersionResponse:
+        return pb.GetVersionResponse(
+            version=__version__, protocol=PROTOCOL_VERSION, shard_count=self.settings.shard_count
+        )
+
+    def _filter(self, f: pb.DeadFilter) -> DeadFilter:
+        job_type = validation.job_type(f.type, "filter.type") if f.type else ""
+        return DeadFilter(job_type, validation.dead_reason(f.reason, "filter.reason"))
+
+
+def job_message(row: JobRow) -> pb.Job:
+    reason = validation.REASON_TO_PB.get(row.dead_reason, 0) if row.dead_reason else 0  # type: ignore[call-overload]
+    return pb.Job(
+        id=row.id,
+        type=row.type,
+        priority=validation.priority_to_pb(row.priority),
+        status=_STATUS[row.status],
+        payload=row.payload,
+        run_at_ms=row.run_at,
+        lease_until_ms=row.lease_until or 0,
+        attempts=row.attempts,
+        failures=row.failures,
+        expirations=row.expirations,
+        max_attempts=row.max_attempts,
+        last_error=row.last_error or "",
+        dead_reason=reason,
+        idempotency_key=row.idem_key or "",
+        enqueued_at_ms=row.enqueued_at,
+        started_at_ms=row.started_at or 0,
+        finished_at_ms=row.finished_at or 0,
+        result=row.result or b"",
+        shard=row.shard,
+        schedule=row.schedule or "",
+    )

@@ -1,0 +1,148 @@
+"""Check every request field before anything is written; errors name the field."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from shardq_common.errors import InvalidArgument
+from shardq_common.pb import shardq_pb2 as pb
+
+from ..config import Settings
+from ..queue.states import PRIORITIES, DeadReason, Priority
+
+TYPE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}")
+MAX_KEY_LENGTH = 200
+MAX_ATTEMPTS_LIMIT = 1000
+MIN_LEASE_TTL_MS = 100
+MAX_LEASE_TTL_MS = 24 * 3600 * 1000
+MAX_HORIZON_MS = 100 * 365 * 24 * 3600 * 1000  # run_at at most a century ahead
+MAX_ID_LENGTH = 64
+MAX_TOKEN_LENGTH = 64
+
+
+@dataclass(slots=True)  # not frozen: made per job (a frozen one sets each field through object.__setattr__)
+class ValidJob:
+    type: str
+    payload: bytes
+    priority: Priority
+    run_at_ms: int
+    max_attempts: int
+    lease_ttl_ms: int
+    idempotency_key: str
+
+
+def job_type(value: str, field: str) -> str:
+    if not value:
+        raise InvalidArgument(f"{field}: must not be empty")
+    if not TYPE_PATTERN.fullmatch(value):
+        raise InvalidArgument(
+            f"{field}: {value[:60]!r} is not a job type: 1..200 characters of letters, digits and _.:/-, "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def priority(value: int, field: str) -> Priority:
+    if value == pb.PRIORITY_UNSPECIFIED:
+        return Priority.DEFAULT
+    if value not in (pb.PRIORITY_HIGH, pb.PRIORITY_DEFAULT, pb.PRIORITY_LOW):
+        raise InvalidArgument(f"{field}: unknown priority {value}")
+    return PRIORITIES[value - 1]  # the inverse of priority_to_pb; the enum's constructor is slower
+
+
+def priority_to_pb(p: Priority | int) -> int:
+    return int(p) + 1
+
+
+def job_spec(spec: pb.JobSpec, field: str, settings: Settings, now: int) -> ValidJob:
+    jt = job_type(spec.type, f"{field}.type")
+    if len(spec.payload) > settings.max_payload_bytes:
+        raise InvalidArgument(
+            f"{field}.payload: {len(spec.payload)} bytes is over the limit of {settings.max_payload_bytes}"
+        )
+    prio = priority(spec.priority, f"{field}.priority")
+    has_run_at, has_delay = spec.HasField("run_at_ms"), spec.HasField("delay_ms")
+    if has_run_at and has_delay:
+        raise InvalidArgument(f"{field}: give run_at or delay, not both")
+    if has_delay:
+        if spec.delay_ms < 0:
+            raise InvalidArgument(f"{field}.delay_ms: must not be negative")
+        if spec.delay_ms > MAX_HORIZON_MS:
+            raise InvalidArgument(f"{field}.delay_ms: more than a century")
+        run_at = now + spec.delay_ms
+    elif has_run_at:
+        if spec.run_at_ms <= 0:
+            raise InvalidArgument(f"{field}.run_at_ms: must be a positive Unix time in milliseconds")
+        if spec.run_at_ms > now + MAX_HORIZON_MS:
+            raise InvalidArgument(f"{field}.run_at_ms: more than a century ahead")
+        run_at = spec.run_at_ms
+    else:
+        run_at = now
+    max_attempts = settings.max_attempts
+    if spec.HasField("max_attempts"):
+        if not 1 <= spec.max_attempts <= MAX_ATTEMPTS_LIMIT:
+            raise InvalidArgument(f"{field}.max_attempts: must be in 1..{MAX_ATTEMPTS_LIMIT}")
+        max_attempts = spec.max_attempts
+    ttl = settings.lease_ttl_ms
+    if spec.HasField("lease_ttl_ms"):
+        if not MIN_LEASE_TTL_MS <= spec.lease_ttl_ms <= MAX_LEASE_TTL_MS:
+            raise InvalidArgument(f"{field}.lease_ttl_ms: must be in {MIN_LEASE_TTL_MS}..{MAX_LEASE_TTL_MS}")
+        ttl = spec.lease_ttl_ms
+    if len(spec.idempotency_key) > MAX_KEY_LENGTH:
+        raise InvalidArgument(f"{field}.idempotency_key: longer than {MAX_KEY_LENGTH} characters")
+    if not spec.idempotency_key.isprintable():
+        raise InvalidArgument(f"{field}.idempotency_key: must not contain control characters")
+    return ValidJob(jt, spec.payload, prio, run_at, max_attempts, ttl, spec.idempotency_key)
+
+
+def error_text(value: str, limit: int) -> str:
+    """A worker's error message as the DB can store it: no NUL bytes, bounded length."""
+    return value[:limit].replace("\x00", "\\0")
+
+
+def at_most(n: int, limit: int, field: str, what: str) -> None:
+    """A repeated field holds no more than ``limit`` items."""
+    if n > limit:
+        raise InvalidArgument(f"{field}: {n} {what} is over the limit of {limit}")
+
+
+def batch_size(n: int, settings: Settings) -> None:
+    if n == 0:
+        raise InvalidArgument("jobs: the batch is empty")
+    if n > settings.max_batch:
+        raise InvalidArgument(f"jobs: {n} jobs is over the batch limit of {settings.max_batch}")
+
+
+def job_id(value: str, field: str = "job_id") -> str:
+    if not value:
+        raise InvalidArgument(f"{field}: must not be empty")
+    if len(value) > MAX_ID_LENGTH or not value.isascii() or not value.isprintable():
+        raise InvalidArgument(f"{field}: not a job id")
+    return value
+
+
+def lease_ref(ref: pb.LeaseRef, field: str, shard_count: int) -> tuple[str, str, int]:
+    job_id(ref.job_id, f"{field}.job_id")
+    if not ref.token or len(ref.token) > MAX_TOKEN_LENGTH:
+        raise InvalidArgument(f"{field}.token: not a lease token")
+    if ref.shard >= shard_count:
+        raise InvalidArgument(f"{field}.shard: {ref.shard} is not a shard (0..{shard_count - 1})")
+    return ref.job_id, ref.token, ref.shard
+
+
+_REASONS = {
+    pb.DEAD_REASON_HANDLER_ERROR: DeadReason.HANDLER_ERROR,
+    pb.DEAD_REASON_NOT_RETRYABLE: DeadReason.NOT_RETRYABLE,
+    pb.DEAD_REASON_LEASE_EXPIRED: DeadReason.LEASE_EXPIRED,
+    pb.DEAD_REASON_NO_HANDLER: DeadReason.NO_HANDLER,
+}
+REASON_TO_PB = {v: k for k, v in _REASONS.items()}
+
+
+def dead_reason(value: int, field: str) -> str:
+    if value == pb.DEAD_REASON_UNSPECIFIED:
+        return ""
+    if value not in _REASONS:
+        raise InvalidArgument(f"{field}: unknown dead-letter reason {value}")
+    return str(_REASONS[value])

@@ -1,0 +1,84 @@
+"""``dispatcher run`` and ``dispatcher demo``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from shardq_common.errors import DispatcherError
+from shardq_common.logs import configure
+
+from ..cluster.supervisor import START_FAILED
+from ..config import Settings
+from ..schedules import file as schedules_file
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.processes is None and "SHARDQ_PROCESSES" not in os.environ:
+        args.processes = os.cpu_count() or 1
+    settings = Settings.from_env(
+        processes=args.processes,
+        redis_url=args.redis_url,
+        db_url=args.db_url,
+        listen=args.listen,
+        shard_count=args.shards,
+        log_level=args.log_level,
+    )
+    configure(settings.log_level, settings.log_format)
+    schedules_file.check(settings)
+    from ..api.security import ServerSecurity
+
+    ServerSecurity.from_settings(settings)  # bad certificates or tokens: a clear error now, not per child
+    import uvloop
+
+    if settings.processes > 1:
+        from ..cluster.supervisor import Supervisor
+
+        return int(uvloop.run(Supervisor(settings).run()))
+    from ..server import run_until_signalled
+
+    uvloop.run(run_until_signalled(settings))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(jobs=args.jobs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dispatcher", description="shardq dispatcher daemon")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a dispatcher (embedded Redis and SQLite unless URLs are given)")
+    run.add_argument(
+        "--processes",
+        type=int,
+        help="dispatcher processes under one supervisor (env SHARDQ_PROCESSES; default: the number of CPUs)",
+    )
+    run.add_argument("--redis-url", help="Redis URL (env SHARDQ_REDIS_URL); unset: a private redis-server")
+    run.add_argument("--db-url", help="postgresql://... or sqlite:///path (env SHARDQ_DB_URL); unset: SQLite")
+    run.add_argument("--listen", help="gRPC address (env SHARDQ_LISTEN, default 127.0.0.1:7070)")
+    run.add_argument(
+        "--shards", type=int, help="shard count when the cluster is created (SHARDQ_SHARD_COUNT)"
+    )
+    run.add_argument("--log-level", help="debug, info, warning, error (SHARDQ_LOG_LEVEL)")
+    run.set_defaults(func=_run)
+    demo = sub.add_parser(
+        "demo", help="run a dispatcher and a worker on embedded defaults and show jobs flow"
+    )
+    demo.add_argument("--jobs", type=int, default=40, help="how many jobs the demo enqueues")
+    demo.set_defaults(func=_demo)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except DispatcherError as exc:
+        print(f"dispatcher: {exc}", file=sys.stderr)
+        return START_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,296 @@
+"""Prometheus metrics, served at /metrics on SHARDQ_METRICS_LISTEN (default 0.0.0.0:9464).
+
+Two kinds:
+
+* Events counted by the process that saw them (enqueues, leases, acks, nacks, expiries,
+  dead-letters, reconciler repairs, latency histograms, connected workers). Under a supervisor
+  every child writes them to PROMETHEUS_MULTIPROC_DIR and the supervisor's /metrics sums them.
+* The state of the queues, which is the cluster's, not a process's: depth by type, priority
+  class and state, oldest ready job, shard owners and epochs. The process serving /metrics
+  reads them from Redis at scrape time (QueueCollector), so every scrape is current.
+
+Job types become a label value only for the first SHARDQ_METRICS_MAX_TYPES types a process
+sees (default 100); the rest are counted as type="other", which bounds the cardinality.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import os
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from shardq_common.clock import steady_ms, wall_ms
+from shardq_common.errors import ConfigError
+
+from ..queue.keys import ALIVE_KEY, ShardKeys
+from ..queue.records import JobRecord
+from ..queue.states import Priority
+
+PRIORITY_NAMES = {int(p): p.name.lower() for p in Priority}
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+_gauge_mode: dict[str, Any] = {"multiprocess_mode": "livesum"} if _MULTIPROCESS else {}
+
+ENQUEUED = Counter("shardq_jobs_enqueued_total", "Jobs accepted (committed to the DB).", ["type"])
+LEASED = Counter("shardq_jobs_leased_total", "Leases handed to workers.", ["type"])
+ACKED = Counter("shardq_jobs_acked_total", "Jobs that succeeded.", ["type"])
+NACKED = Counter("shardq_jobs_nacked_total", "Handler failures reported by workers.", ["type"])
+EXPIRED = Counter(
+    "shardq_leases_expired_total", "Leases that expired (worker crash, hang, disconnect).", ["type"]
+)
+RETURNED = Counter(
+    "shardq_leases_returned_total",
+    "Leases taken back before their worker received them (granted ahead of run_at; a cancel, a "
+    "drain or a dropped stream came first), by what the job became: ready or cancelled.",
+    ["type", "outcome"],
+)
+DEAD = Counter("shardq_jobs_dead_lettered_total", "Jobs moved to the dead-letter queue.", ["type", "reason"])
+SCHEDULE_MATERIALIZED = Counter(
+    "shardq_schedule_occurrences_materialized_total", "Schedule occurrences that became jobs.", ["type"]
+)
+SCHEDULE_SKIPPED = Counter(
+    "shardq_schedule_occurrences_skipped_total",
+    "Missed schedule occurrences the catch-up policy did not run.",
+    ["type"],
+)
+REDIS_ERRORS = Counter(
+    "shardq_redis_errors_total",
+    "Redis errors met and survived (the caller backs off and tries again), by where (a loop such as "
+    "promoter, reaper, lease, worker_stream, coordinator; or rpc) and kind: connection, timeout, a "
+    "transient error reply (readonly, oom, misconf, noreplicas, busy, loading, masterdown, tryagain, "
+    "clusterdown) or other (an error reply that is no outage, most likely a bug: logged as an error).",
+    ["loop", "kind"],
+)
+RESTORED = Counter("shardq_reconciler_restored_total", "Jobs the reconciler put back into Redis from the DB.")
+ENQUEUE_TO_START = Histogram(
+    "shardq_enqueue_to_start_seconds",
+    "From enqueue to the first lease of a job.",
+    ["priority"],
+    buckets=LATENCY_BUCKETS,
+)
+LATENESS = Histogram(
+    "shardq_start_lateness_seconds",
+    "From a job's run_at to its lease.",
+    ["priority"],
+    buckets=LATENCY_BUCKETS,
+)
+WORKERS = Gauge("shardq_connected_workers", "Worker streams connected.", **_gauge_mode)
+FREE_CREDIT = Gauge(
+    "shardq_worker_free_credit", "Lease slots workers have granted and not used yet.", **_gauge_mode
+)
+IN_FLIGHT = Gauge("shardq_inflight_leases", "Leases held by connected workers.", **_gauge_mode)
+# Set by each process's health check; under a supervisor the lowest answer of the live children.
+DEPENDENCY_UP = Gauge(
+    "shardq_dependency_up",
+    "1 when this dispatcher's last health check reached the dependency (redis, database), else 0.",
+    ["dependency"],
+    multiprocess_mode="livemin",
+)
+# Every process reads the same number from the DB: under a supervisor the largest is the answer.
+DEAD_DEPTH = Gauge(
+    "shardq_dead_letter_depth",
+    "Jobs in the dead-letter queue.",
+    ["type", "priority"],
+    **({"multiprocess_mode": "max"} if _MULTIPROCESS else {}),
+)
+
+
+# The histograms' children, looked up once rather than per lease.
+_LATENCY_CHILDREN = {
+    int(p): (ENQUEUE_TO_START.labels(PRIORITY_NAMES[int(p)]), LATENESS.labels(PRIORITY_NAMES[int(p)]))
+    for p in Priority
+}
+
+
+def set_dead_depth(counts: dict[tuple[str, int], int]) -> None:
+    DEAD_DEPTH.clear()
+    by_label: dict[tuple[str, str], int] = {}
+    for (job_type, prio), n in counts.items():
+        key = (type_label(job_type), PRIORITY_NAMES.get(prio, str(prio)))
+        by_label[key] = by_label.get(key, 0) + n
+    for (job_type, prio), n in by_label.items():
+        DEAD_DEPTH.labels(job_type, prio).set(n)
+
+
+class TypeLabels:
+    """The label value for a job type: itself for the first `limit` types seen, else "other"."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._known: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, job_type: str) -> str:
+        if job_type in self._known:
+            return job_type
+        with self._lock:
+            if len(self._known) < self.limit:
+                self._known.add(job_type)
+                return job_type
+        return "other"
+
+
+type_label = TypeLabels(int(os.environ.get("SHARDQ_METRICS_MAX_TYPES", "100")))
+
+
+def count(counter: Counter, label_sets: Iterable[tuple[str, ...]]) -> None:
+    """One increment per distinct label set: a batch of a thousand jobs of one type costs one."""
+    for labels, n in collections.Counter(label_sets).items():
+        counter.labels(*labels).inc(n)
+
+
+def observe_leases(leases: Iterable[tuple[str, int, int, int, int]], now: int) -> None:
+    """Leases handed out, as (type, priority, enqueued_at, run_at, attempt): counted by type; a first
+    attempt's enqueue-to-start and lateness observed by priority."""
+    types: dict[str, int] = {}
+    waits: dict[int, tuple[list[float], list[float]]] = {}
+    for job_type, priority, enqueued_at_ms, run_at_ms, attempt in leases:
+        types[job_type] = types.get(job_type, 0) + 1
+        if attempt == 1:
+            to_start, lateness = waits.setdefault(priority, ([], []))
+            to_start.append(max(0.0, (now - enqueued_at_ms) / 1000))
+            lateness.append(max(0.0, (now - run_at_ms) / 1000))
+    for priority, (to_start, lateness) in waits.items():
+        to_start_histogram, lateness_histogram = _LATENCY_CHILDREN[priority]
+        observe_many(to_start_histogram, to_start)
+        observe_many(lateness_histogram, lateness)
+    for job_type, n in types.items():  # labelled once per type, not once per lease
+        LEASED.labels(type_label(job_type)).inc(n)
+
+
+def observe_many(histogram: Any, values: list[float]) -> None:
+    """A batch's observations with one write per bucket it hits and one to the sum, where observe()
+    makes two per value (under a supervisor, each is a locked write to a shared file)."""
+    fields = ("_upper_bounds", "_buckets", "_sum")  # what observe() itself uses
+    bounds, buckets, total = (getattr(histogram, name, None) for name in fields)
+    if bounds is None or buckets is None or total is None:  # a prometheus_client without these fields
+        for value in values:
+            histogram.observe(value)
+        return
+    for index, n in collections.Counter(bisect.bisect_left(bounds, v) for v in values).items():
+        buckets[index].inc(n)  # the first bucket whose bound is >= the value, as observe() picks
+    if values:
+        total.inc(sum(values))
+
+
+class QueueCollector(Collector):
+    """Queue depth, oldest ready job and shard ownership, read from Redis when scraped."""
+
+    def __init__(self, redis_url: str, shard_count: int, type_limit: int) -> None:
+        self.redis_url = redis_url
+        self.shard_count = shard_count
+        self.type_limit = type_limit
+        self._client: Any = None
+
+    def _redis(self) -> Any:
+        if self._client is None:
+            from .redis_client import anchor_steady_clock_sync, connect_sync
+
+            self._client = connect_sync(self.redis_url)
+            # Ownership and membership deadlines are compared below: on the clock that wrote them.
+            anchor_steady_clock_sync(self._client)
+        return self._client
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        return [
+            GaugeMetricFamily(
+                "shardq_queue_depth",
+                "Jobs by type, priority class and state.",
+                labels=["type", "priority", "state"],
+            ),
+            GaugeMetricFamily(
+                "shardq_oldest_ready_age_seconds", "Age of the oldest ready job.", labels=["type", "priority"]
+            ),
+            GaugeMetricFamily(
+                "shardq_shard_epoch", "Fencing epoch of each shard's owner.", labels=["shard", "owner"]
+            ),
+            GaugeMetricFamily("shardq_dispatchers_alive", "Dispatcher processes with a live membership."),
+            # A count, not a per-shard series: which shards, `dispatcherctl shards` tells.
+            GaugeMetricFamily(
+                "shardq_shards_without_owner",
+                "Shards no dispatcher holds a live ownership lease on (never taken, released, or lapsed).",
+            ),
+        ]
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        """The families without reading Redis (a registry asks for them when this is registered)."""
+        return self._families()
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        depth, oldest, owned, members, unowned = families = self._families()
+        try:
+            redis = self._redis()
+            shards = list(range(self.shard_count))
+            pipe = redis.pipeline(transaction=False)
+            for shard in shards:
+                pipe.hgetall(ShardKeys(shard).counts)
+                pipe.hmget(ShardKeys(shard).meta, "owner", "epoch", "until")
+            replies = pipe.execute()
+            totals: dict[tuple[str, str, str], int] = {}
+            ready: list[tuple[int, str, int]] = []
+            types: set[str] = set()
+            without_owner = 0
+            steady_now = steady_ms()  # ownership leases run on the steady clock
+            for i, shard in enumerate(shards):
+                for field, value in replies[2 * i].items():
+                    job_type, prio, state = field.decode().rsplit("|", 2)
+                    label = job_type if job_type in types or len(types) < self.type_limit else "other"
+                    types.add(label)
+                    key = (label, PRIORITY_NAMES.get(int(prio), prio), state)
+                    totals[key] = totals.get(key, 0) + int(value)
+                    if state == "ready":
+                        ready.append((shard, job_type, int(prio)))
+                owner, epoch, until = replies[2 * i + 1]
+                if epoch is not None:
+                    owned.add_metric([str(shard), (owner or b"").decode()], float(epoch))
+                if not owner or epoch is None or int(until or 0) < steady_now:
+                    without_owner += 1
+            for (job_type, prio, state), value in sorted(totals.items()):
+                depth.add_metric([job_type, prio, state], value)
+            now = wall_ms()
+            for shard, job_type, prio in ready[:500]:
+                head = redis.zrange(ShardKeys(shard).ready(job_type, prio), 0, 0)
+                raw = redis.hget(ShardKeys(shard).jobs, head[0]) if head else None
+                if raw:
+                    label = job_type if job_type in types else "other"
+                    age = max(0.0, (now - JobRecord.unpack(raw).run_at_ms) / 1000)
+                    oldest.add_metric([label, PRIORITY_NAMES.get(prio, str(prio))], age)
+            members.add_metric([], float(redis.zcount(ALIVE_KEY, steady_ms(), "+inf")))
+            unowned.add_metric([], float(without_owner))
+        except Exception:  # Redis down: scrape what we have; the health check reports the outage
+            self._client = None
+        return families
+
+
+def serve_metrics(
+    listen: str, redis_url: str | None, shard_count: int, multiprocess_dir: str | None = None
+) -> None:
+    """Start the /metrics HTTP server in a background thread: this process's metrics, or (a supervisor)
+    the sum of its children's from ``multiprocess_dir``; plus the queue state read from Redis."""
+    from prometheus_client import REGISTRY
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    host, _, port = listen.rpartition(":")
+    registry: CollectorRegistry
+    if multiprocess_dir:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=multiprocess_dir)
+    else:
+        registry = REGISTRY
+    if redis_url:
+        registry.register(QueueCollector(redis_url, shard_count, type_label.limit))
+    try:
+        start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=registry)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot serve metrics on {listen}: {exc.strerror or exc} (set SHARDQ_METRICS_LISTEN to a free "
+            "address, or to an empty value to turn metrics off)"
+        ) from None

@@ -1,0 +1,339 @@
+"""The enqueue path: commit to the DB (group commit), then push to the shard's Redis queues.
+
+An enqueue is acknowledged once its DB transaction commits: from then on the job is never lost,
+and the push of the shards this process owns goes on behind the reply (jobs of another process's
+shards are handed to it first, and it queues them behind its answer to the hand-off). Concurrent
+enqueues share one transaction, so single-job enqueues from many clients cost one commit per batch
+rather than one each. When Redis cannot take the jobs after the commit they are still accepted:
+the reconciler pushes them once Redis is back; when this process dies first, the shard's next
+owner reconciles them when it acquires the shard.
+
+Queueing behind the reply takes the Redis work off each call's critical path (docs/performance.md
+has each step's figures). Meanwhile a job may be committed but not yet queued: Stats answers after
+this process's pushes settle, and a cancel that finds no record leaves a note its push honours
+(cancel.lua).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import structlog
+
+from shardmap import shard_for
+from shardq_common.clock import wall_ms
+from shardq_common.errors import REDIS_ERRORS, InvalidArgument, NotOwner, StoreUnavailable
+
+from ..api.validation import ValidJob
+from ..config import REQUEST_OVERHEAD_BYTES
+from ..ops import metrics
+from ..ops.redis_faults import note_redis_error
+from ..store import JobRow, Store
+from . import failpoints
+from .ids import new_job_ids
+from .ownership import Ownership
+from .records import JobRecord
+from .states import JobState, Priority
+from .working_set import NewJob, WorkingSet
+
+log = structlog.get_logger("shardq.ingest")
+PUSH_CHUNK = 1000
+# Most jobs in one hand-off (PushJobs) to another process.
+MAX_PUSH = 20_000
+# Committed jobs whose pushes are still on the way, at most: past it an enqueue's reply waits, so a
+# producer faster than Redis is held to Redis's pace and the backlog's memory stays bounded.
+MAX_UNQUEUED = 20_000
+
+
+class GroupCommit:
+    """Insert rows from concurrent callers in shared transactions."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._queue: asyncio.Queue[tuple[Sequence[JobRow], asyncio.Future[list[tuple[str, bool]]]]] = (
+            asyncio.Queue()
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="group-commit")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def insert(self, rows: Sequence[JobRow]) -> list[tuple[str, bool]]:
+        future: asyncio.Future[list[tuple[str, bool]]] = asyncio.get_running_loop().create_future()
+        await self._queue.put((rows, future))
+        return await future
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while not self._queue.empty() and sum(len(r) for r, _ in batch) < 20_000:
+                batch.append(self._queue.get_nowait())
+            rows = [row for part, _ in batch for row in part]
+            try:
+                results = await self.store.insert_jobs(rows)
+            except StoreUnavailable as exc:
+                _fail(batch, exc)
+                continue
+            except Exception:
+                if len(batch) == 1:
+                    _fail(batch, InvalidArgument("the database refused the job(s)"))
+                    log.exception("insert refused")
+                    continue
+                # One caller's rows poisoned the shared transaction: give each caller its own.
+                for part, future in batch:
+                    try:
+                        result = await self.store.insert_jobs(part)
+                    except StoreUnavailable as exc:
+                        _fail([(part, future)], exc)
+                    except Exception:
+                        log.exception("insert refused")
+                        _fail([(part, future)], InvalidArgument("the database refused the job(s)"))
+                    else:
+                        if not future.done():
+                            future.set_result(result)
+                continue
+            start = 0
+            for part, future in batch:
+                if not future.done():
+                    future.set_result(results[start : start + len(part)])
+                start += len(part)
+
+
+def _fail(
+    batch: list[tuple[Sequence[JobRow], asyncio.Future[list[tuple[str, bool]]]]], exc: Exception
+) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(exc)
+
+
+class CoalescedPush:
+    """Jobs that concurrent enqueues queue in one shard at the same moment go to Redis in one script
+    call: the callers a group commit releases together resume one after another in the same turn of
+    the event loop, and the call is made once they all have added their jobs."""
+
+    def __init__(self, push: Callable[[int, list[NewJob]], Awaitable[None]]) -> None:
+        self._push = push
+        self._gathering: dict[int, list[tuple[list[NewJob], asyncio.Future[None]]]] = {}
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def push(self, shard: int, jobs: list[NewJob]) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        waiting = self._gathering.get(shard)
+        if waiting is None:
+            waiting = self._gathering[shard] = []
+            loop.call_soon(self._send, shard)
+        waiting.append((jobs, future))
+        await future
+
+    def _send(self, shard: int) -> None:
+        task = asyncio.create_task(self._run(shard, self._gathering.pop(shard)))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _run(self, shard: int, waiting: list[tuple[list[NewJob], asyncio.Future[None]]]) -> None:
+        try:
+            await self._push(shard, [job for jobs, _ in waiting for job in jobs])
+        except BaseException as exc:
+            for _, future in waiting:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            for _, future in waiting:
+                if not future.done():
+                    future.set_result(None)
+
+
+class Ingestor:
+    def __init__(
+        self,
+        shard_count: int,
+        store: Store,
+        working_set: WorkingSet,
+        ownership: Ownership,
+        on_pushed: Callable[[int, list[tuple[NewJob, int]]], None],
+        on_push_failed: Callable[[int], None],
+        hand_off: Callable[[int, list[NewJob]], Awaitable[None]],
+        max_request_bytes: int = 64 << 20,
+    ) -> None:
+        self.shard_count = shard_count
+        self.working_set = working_set
+        self.ownership = ownership
+        self.on_pushed = on_pushed  # (shard, [(job, 1 ready | 2 delayed)])
+        self.on_push_failed = on_push_failed  # (shard): reconcile it when Redis is back
+        self.hand_off = hand_off  # (shard, jobs): the shard is another process's: give them to its owner
+        # A hand-off must fit the owner's request limit (the same SHARDQ_MAX_REQUEST_BYTES).
+        self.hand_off_bytes = max_request_bytes - REQUEST_OVERHEAD_BYTES
+        self.commit = GroupCommit(store)
+        self._coalesced = CoalescedPush(self.push)
+        self.unqueued = 0  # committed jobs whose pushes have not finished
+        self._queueing: set[asyncio.Task[None]] = set()
+        self._room = asyncio.Event()
+        self._room.set()
+
+    async def enqueue(self, jobs: Sequence[ValidJob], now: int) -> list[tuple[str, bool]]:
+        shards = {t: shard_for(t, self.shard_count) for t in {j.type for j in jobs}}
+        delayed, ready = JobState.DELAYED.value, JobState.READY.value
+        # Positional: binding 21 keyword arguments costs several times the row itself.
+        rows = [
+            JobRow(
+                job_id,  # id
+                j.type,
+                shards[j.type],
+                int(j.priority),
+                j.payload,
+                delayed if j.run_at_ms > now else ready,  # status
+                j.run_at_ms,
+                None,  # lease_until
+                0,  # attempts
+                0,  # failures
+                0,  # expirations
+                j.max_attempts,
+                j.lease_ttl_ms,
+                j.idempotency_key or None,
+                None,  # last_error
+                None,  # dead_reason
+                None,  # result
+                now,  # enqueued_at
+                None,  # started_at
+                None,  # finished_at
+                now,  # updated_at
+            )
+            for job_id, j in zip(new_job_ids(len(jobs)), jobs, strict=True)
+        ]
+        results = await self.commit.insert(rows)
+        created = [row for row, (_, new) in zip(rows, results, strict=True) if new]
+        metrics.count(metrics.ENQUEUED, ((metrics.type_label(row.type),) for row in created))
+        by_shard: dict[int, list[NewJob]] = defaultdict(list)
+        records: dict[tuple[Any, ...], JobRecord] = {}  # jobs alike share one (immutable) record
+        for row in created:
+            kind = (row.type, row.priority, row.run_at, row.max_attempts, row.lease_ttl_ms, row.idem_key)
+            record = records.get(kind)
+            if record is None:
+                record = records[kind] = JobRecord(
+                    type=row.type,
+                    priority=Priority(row.priority),
+                    state=JobState.DELAYED,
+                    run_at_ms=row.run_at,
+                    enqueued_at_ms=now,
+                    max_attempts=row.max_attempts,
+                    lease_ttl_ms=row.lease_ttl_ms,
+                    idempotency_key=row.idem_key or "",
+                )
+            by_shard[row.shard].append(NewJob(row.id, record, row.payload))
+        handed_on = []
+        for shard, new in by_shard.items():
+            if shard in self.ownership.epochs:
+                self._queue_behind(shard, new)
+            else:
+                handed_on.append(self._hand_on(shard, new))
+        # Another process's jobs are handed on before the answer: were this process to die after
+        # answering, their owner would not queue them until its next full reconcile (minutes). The
+        # owner answers once it has them (take), so only their trip to it is waited for.
+        await asyncio.gather(*handed_on)
+        await self._backlog_room()
+        return results
+
+    async def _hand_on(self, shard: int, jobs: list[NewJob]) -> None:
+        """Push or hand on committed jobs before the answer, which is OK whatever fails here: an
+        error would make the client send the committed jobs again, and they would run twice."""
+        try:
+            await self._coalesced.push(shard, jobs)
+        except Exception:
+            log.exception(
+                "handing on committed jobs failed; the reconciler will", shard=shard, jobs=len(jobs)
+            )
+            self.on_push_failed(shard)
+
+    async def take(self, shard: int, jobs: list[NewJob]) -> None:
+        """Committed jobs of a shard this process owns, handed over by the process that committed
+        them: queued behind the answer like this process's own. Should it die first, the shard's
+        next owner queues them when it acquires the shard (reconcile on acquisition)."""
+        self._queue_behind(shard, jobs)
+        await self._backlog_room()
+
+    async def _backlog_room(self) -> None:
+        if self.unqueued > MAX_UNQUEUED:
+            await self._room.wait()
+
+    def _queue_behind(self, shard: int, jobs: list[NewJob]) -> None:
+        self.unqueued += len(jobs)
+        if self.unqueued > MAX_UNQUEUED:
+            self._room.clear()
+        task = asyncio.create_task(self._queue(shard, jobs))
+        self._queueing.add(task)
+        task.add_done_callback(self._queueing.discard)
+
+    async def _queue(self, shard: int, jobs: list[NewJob]) -> None:
+        failpoints.hit("ingest.before-queue")
+        try:
+            await self._coalesced.push(shard, jobs)
+        except Exception:
+            # Not a Redis outage (push() handles those): the jobs are committed, so the reconciler
+            # queues them; say so loudly, it is a bug.
+            log.exception("queueing committed jobs failed; the reconciler will", shard=shard, jobs=len(jobs))
+            self.on_push_failed(shard)
+        finally:
+            self.unqueued -= len(jobs)
+            if self.unqueued <= MAX_UNQUEUED:
+                self._room.set()
+
+    async def settle(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` s) until the jobs committed so far are queued or handed on."""
+        if self._queueing:
+            await asyncio.wait(set(self._queueing), timeout=timeout)
+
+    async def _hand_off_in_parts(self, shard: int, jobs: list[NewJob]) -> None:
+        """Hand the jobs to the shard's owner in requests within its size and count limits: the jobs of
+        concurrent enqueues are pushed together, and together they can be over both."""
+        part: list[NewJob] = []
+        size = 0
+        for job in jobs:
+            job_size = len(job.payload) + len(job.record.pack()) + len(job.id) + 16  # + field framing
+            if part and (size + job_size > self.hand_off_bytes or len(part) >= MAX_PUSH):
+                await self.hand_off(shard, part)
+                part, size = [], 0
+            part.append(job)
+            size += job_size
+        if part:
+            await self.hand_off(shard, part)
+
+    async def push(self, shard: int, jobs: list[NewJob]) -> None:
+        """Queue committed jobs in the shard's Redis sets, or hand them to the shard's owner."""
+        for attempt in range(2):
+            epoch = self.ownership.epochs.get(shard)
+            if epoch is None:
+                await self._hand_off_in_parts(shard, jobs)
+                return
+            try:
+                for i in range(0, len(jobs), PUSH_CHUNK):
+                    chunk = jobs[i : i + PUSH_CHUNK]
+                    placed = await self.working_set.enqueue(shard, epoch, wall_ms(), chunk)
+                    self.on_pushed(shard, list(zip(chunk, placed, strict=True)))
+                return
+            except NotOwner:
+                # Redis lost the shard (recovery reconciles it from the DB, which has these rows), or
+                # another process took it over (then it is theirs to queue).
+                if attempt == 0 and await self.ownership.recover(shard, epoch):
+                    continue
+                if not self.ownership.owns(shard):
+                    await self._hand_off_in_parts(shard, jobs)
+                else:
+                    self.on_push_failed(shard)
+                return
+            except REDIS_ERRORS as exc:
+                # Committed, so not lost: the reconciler pushes them once Redis takes writes again.
+                note_redis_error("push", exc, shard=shard, jobs=len(jobs))
+                self.on_push_failed(shard)
+                return

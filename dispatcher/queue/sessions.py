@@ -1,0 +1,398 @@
+"""One WorkerSession per worker stream: credit, held leases, and the loop that leases to it."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import secrets
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from shardmap import shard_for
+from shardq_common.clock import steady_ms, wall_ms, wall_ms_exact
+from shardq_common.errors import REDIS_ERRORS, DispatcherError, NotOwner, StoreUnavailable
+from shardq_common.pb import shardq_pb2 as pb
+from shardq_common.precise_timer import precise_timer
+from shardq_common.wakeup import Wakeup
+
+from ..api.validation import priority_to_pb
+from ..ops.redis_faults import note_redis_error
+from .fairness import FairPicker
+from .states import Priority
+from .status_writer import LEASE_WRITE_DELAY_MS, lease_update
+from .working_set import Grant
+
+if TYPE_CHECKING:
+    from ..app import Dispatcher
+
+log = structlog.get_logger("shardq.sessions")
+IDLE_RECHECK_S = 2.0  # re-poll even without a wake-up, for jobs made ready by other paths
+# Answers queued for a worker that is not reading its stream; past this its own messages wait unread.
+OUTBOX_LIMIT_BYTES = 4 << 20
+# After we end a stream (redirect, shutdown), results the worker wrote before it saw that are still on
+# their way: we read on until it half-closes, at most this long, so a finished job does not run again.
+RESULTS_GRACE_S = 3.0
+# A lease granted before its job's run_at is sent at run_at by the precise timer (wall clock), and at
+# the latest this long after the wait planned, by the loop's own clock, should the wall clock step back.
+UNSENT_SLACK_S = 0.05
+# After a lease call failed on a Redis error the session waits this long, doubling up to the cap.
+LEASE_BACKOFF_S = 0.2
+LEASE_BACKOFF_CAP_S = 2.0
+
+
+class WorkerSession:
+    def __init__(
+        self, app: Dispatcher, worker_id: str, job_types: list[str], concurrency: int, peer: str
+    ) -> None:
+        self.app = app
+        self.worker_id = worker_id
+        self.job_types = job_types
+        self.concurrency = concurrency
+        self.peer = peer
+        # Names this stream as the holder of its leases in Redis, so that when it ends only the leases
+        # it still holds are shortened: the worker may have reclaimed some on a newer stream, perhaps
+        # on another dispatcher, before this one was seen to end.
+        self.stream_id = secrets.token_hex(6)
+        self.credit = 0
+        self.held: dict[str, tuple[str, int]] = {}  # job id -> (token, shard)
+        self.types_of: dict[str, str] = {}  # job id -> type, for the leases this stream handed out
+        # Leases granted ahead of their job's run_at (the promoter's lease_ahead_ms), sent at it.
+        self.unsent: dict[str, Grant] = {}
+        self.outbox: asyncio.Queue[pb.DispatcherMessage | None] = asyncio.Queue()
+        self._outbox_bytes = 0
+        self._room = asyncio.Event()  # set while the outbox is under OUTBOX_LIMIT_BYTES
+        self._room.set()
+        self.wake = Wakeup()
+        self.draining = False
+        self.closed = False
+        self.error: DispatcherError | None = None  # why the dispatcher closed the stream
+        self.picker = FairPicker(app.settings.fairness)
+        self.types_by_shard: dict[int, list[str]] = defaultdict(list)
+        for t in job_types:
+            self.types_by_shard[shard_for(t, app.settings.shard_count)].append(t)
+        self._rotation = 0
+        self._lease_backoff = LEASE_BACKOFF_S
+        self.log = log.bind(worker=worker_id, peer=peer)
+
+    def send(self, message: pb.DispatcherMessage) -> None:
+        if not self.closed:
+            self.outbox.put_nowait(message)
+            self._outbox_bytes += message.ByteSize()
+            if self._outbox_bytes > OUTBOX_LIMIT_BYTES:
+                self._room.clear()
+
+    async def next_message(self) -> pb.DispatcherMessage | None:
+        """The next message for the worker; None once the session is closed."""
+        message = await self.outbox.get()
+        if message is not None:
+            self._outbox_bytes -= message.ByteSize()
+            if self._outbox_bytes <= OUTBOX_LIMIT_BYTES:
+                self._room.set()
+        return message
+
+    async def room(self) -> None:
+        """Until the worker has read most of what was sent to it. Its stream's reader waits here
+        before taking the next message, so a worker that stops reading (while it keeps writing
+        heartbeats or acks, each answered) is slowed down by gRPC flow control instead of growing the
+        outbox without bound; its heartbeats stop counting and its leases lapse: alive means
+        listening. Leases, cancels and redirects are bounded by credit and held leases."""
+        await self._room.wait()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.outbox.put_nowait(None)
+            self._room.set()
+            self.wake.set()
+
+    def add_credit(self, slots: int) -> None:
+        # Never more leases in flight than the declared concurrency.
+        self.credit = max(0, min(self.credit + slots, self.concurrency - len(self.held)))
+        self.wake.set()
+
+    def forget(self, job_id: str) -> str:
+        """Drop a lease this worker no longer holds; returns its job type when known."""
+        unsent = self.unsent.pop(job_id, None) is not None
+        job_type = self.types_of.pop(job_id, "")
+        if self.held.pop(job_id, None) is not None:
+            self.app.sessions.holders.pop(job_id, None)
+        if unsent:
+            self.add_credit(1)  # the worker counts the slot as granted: give it back
+        return job_type
+
+    def hold(self, job_id: str, token: str, shard: int) -> None:
+        self.held[job_id] = (token, shard)
+        self.app.sessions.holders[job_id] = self
+
+    async def pump(self) -> None:
+        """Lease to this worker whenever it has credit and its shards have ready jobs."""
+        settings = self.app.settings
+        while not self.closed:
+            self.wake.clear()  # before looking, so a wake-up during the lease round is not lost
+            if self.credit <= 0 or self.draining or self.app.stopping:
+                await self.wake.wait()
+                continue
+            granted = await self._lease_round(min(self.credit, settings.lease_batch))
+            if granted == 0 and not self.closed:
+                if not await self.wake.wait(IDLE_RECHECK_S):
+                    # The safety net: look at every shard again, whatever the hints say.
+                    for shard, types in self.types_by_shard.items():
+                        self.app.sessions.hints.forget(shard, types)
+
+    async def _lease_round(self, n: int) -> int:
+        """Lease up to n jobs across this worker's shards with the class picks of the fairness policy.
+
+        One shard: its lease script falls back to the highest non-empty class itself. Several: first
+        each shard serves only the classes picked, then unfilled picks go to the highest class that has
+        jobs in any shard, so a shard holding only low jobs cannot take a slot that high jobs elsewhere
+        should get. Shards known to have nothing ready for these types are skipped (ReadyHints)."""
+        picks = self.picker.picks(n)
+        hints = self.app.sessions.hints
+        shards = [s for s in self.types_by_shard if self.app.ownership.owns(s)]
+        if not shards:
+            return 0
+        self._rotation = (self._rotation + 1) % len(shards)
+        shards = shards[self._rotation :] + shards[: self._rotation]
+        if len(shards) == 1:
+            shard = shards[0]
+            if not any(hints.maybe(shard, self.types_by_shard[shard], c) for c in Priority):
+                return 0
+            seen = hints.version
+            got, unfilled = await self._lease_from(shard, picks, fallback=True)
+            if unfilled:  # with fallback, an unfilled pick means every class is empty
+                hints.mark_empty(shard, self.types_by_shard[shard], Priority, seen)
+            return got
+        granted = 0
+        for shard in shards:
+            types = self.types_by_shard[shard]
+            if not picks or self.closed:
+                return granted
+            if not any(hints.maybe(shard, types, c) for c in set(picks)):
+                continue
+            seen = hints.version
+            got, unfilled = await self._lease_from(shard, picks, fallback=False)
+            hints.mark_empty(shard, types, set(unfilled), seen)
+            granted, picks = granted + got, unfilled
+        for cls in Priority:
+            for shard in shards:
+                types = self.types_by_shard[shard]
+                if not picks or self.closed:
+                    return granted
+                if not hints.maybe(shard, types, cls):
+                    continue
+                seen = hints.version
+                got, unfilled = await self._lease_from(shard, [cls] * len(picks), fallback=False)
+                if unfilled:
+                    hints.mark_empty(shard, types, [cls], seen)
+                granted, picks = granted + got, picks[got:]
+        return granted
+
+    async def _lease_from(
+        self, shard: int, picks: list[Priority], fallback: bool
+    ) -> tuple[int, list[Priority]]:
+        epoch = self.app.ownership.epochs.get(shard)
+        if epoch is None:
+            return 0, picks  # moved away since the round began
+        try:
+            try:
+                grants, unfilled = await self.app.working_set.lease(
+                    shard,
+                    epoch,
+                    steady_ms(),
+                    self.types_by_shard[shard],
+                    picks,
+                    fallback=fallback,
+                    holder=self.stream_id,
+                )
+            except NotOwner:
+                await self.app.ownership.recover(shard, epoch)
+                return 0, picks
+        except (*REDIS_ERRORS, StoreUnavailable) as exc:
+            if isinstance(exc, StoreUnavailable):  # recovering the shard takes a new epoch from the DB
+                self.log.warning("lease: database unavailable", shard=shard, error=str(exc))
+            else:
+                note_redis_error("lease", exc, shard=shard, worker=self.worker_id)
+            await asyncio.sleep(self._lease_backoff)
+            self._lease_backoff = min(self._lease_backoff * 2, LEASE_BACKOFF_CAP_S)
+            return 0, picks
+        self._lease_backoff = LEASE_BACKOFF_S
+        if not grants:
+            return 0, unfilled
+        if self.closed:
+            # The stream ended while we leased: the worker never saw these leases, so they go back as
+            # if never granted (the attempt not counted) rather than lapsing after the reconnect grace.
+            await self.app.return_unsent(self, grants)
+            return 0, []
+        self.credit -= len(grants)
+        self.app.lease_deadline(shard, min(g.deadline_ms for g in grants))
+        now = wall_ms()
+        for g in grants:
+            self.hold(g.id, g.token, g.shard)
+            self.types_of[g.id] = g.type
+            self.app.writer.record(shard, lease_update(g, now), defer_ms=LEASE_WRITE_DELAY_MS)
+        self._send_leases(grants)
+        for g in grants:
+            self.log.debug("job leased", job=g.id, type=g.type, shard=g.shard, attempt=g.attempt)
+        self.app.metrics_leased(grants)
+        return len(grants), unfilled
+
+    def _send_leases(self, grants: list[Grant]) -> None:
+        """Send the leases of due jobs now, and each of the others at its job's run_at."""
+        now = wall_ms_exact()
+        hold_ms = self.app.settings.lease_ahead_ms + 1
+        due: list[Grant] = []
+        ahead: dict[int, list[tuple[str, str]]] = defaultdict(list)
+        for g in grants:
+            # A run_at further ahead than the promoter's lead is another clock's (a step, another
+            # process's): holding it could outlast the lease, so it goes now, as before the lead.
+            if 0 < g.run_at_ms - now <= hold_ms:
+                self.unsent[g.id] = g
+                ahead[g.run_at_ms].append((g.id, g.token))
+            else:
+                due.append(g)
+        if due:
+            self.send(_leases_message(due))
+        for run_at_ms, refs in ahead.items():
+            send = functools.partial(self._send_unsent, refs)
+            precise_timer.call_at(run_at_ms, send)
+            asyncio.get_running_loop().call_later((run_at_ms - now) / 1000 + UNSENT_SLACK_S, send)
+
+    def _send_unsent(self, refs: list[tuple[str, str]]) -> None:
+        if self.closed:
+            return  # closing returns what is still unsent
+        grants = []
+        for job_id, token in refs:
+            grant = self.unsent.get(job_id)
+            if grant is not None and grant.token == token:  # not a later lease of the same job
+                del self.unsent[job_id]
+                grants.append(grant)
+        if grants:
+            self.send(_leases_message(grants))
+
+    def withdraw(self, job_id: str) -> Grant | None:
+        """Take back a lease whose message has not been sent (its job is not due yet), if it is one:
+        forgotten here, its slot free again. The caller settles its job (``app.return_unsent``)."""
+        grant = self.unsent.get(job_id)
+        if grant is not None:
+            self.forget(job_id)
+        return grant
+
+    def withdraw_all(self) -> list[Grant]:
+        return [grant for grant in list(self.unsent.values()) if self.withdraw(grant.id)]
+
+
+def _leases_message(grants: list[Grant]) -> pb.DispatcherMessage:
+    # Each lease is added in place and its ref filled in place: building a Lease and a LeaseRef and
+    # copying them in would cost more than the rest of the message.
+    message = pb.DispatcherMessage()
+    add = message.leases.leases.add
+    for g in grants:
+        lease = add(
+            type=g.type,
+            payload=g.payload,
+            priority=priority_to_pb(g.priority),
+            attempt=g.attempt,
+            max_attempts=g.max_attempts,
+            deadline_ms=g.deadline_ms,
+            lease_ttl_ms=g.lease_ttl_ms,
+            idempotency_key=g.idempotency_key,
+            run_at_ms=g.run_at_ms,
+            enqueued_at_ms=g.enqueued_at_ms,
+        )
+        ref = lease.ref
+        ref.job_id, ref.token, ref.shard = g.id, g.token, g.shard
+    return message
+
+
+class ReadyHints:
+    """Which (shard, type, class) queues are known to be empty, so a worker whose types span many
+    shards asks only those that may have ready jobs. Everything is "maybe" until a lease finds it
+    empty; whatever makes a job ready in a shard (a push, a promotion, an acquisition) runs in the
+    shard's owner, which clears the mark, and an idle worker looks everywhere again now and then."""
+
+    def __init__(self) -> None:
+        self._empty: set[tuple[int, str, int]] = set()
+        self.version = 0  # bumped whenever something may have become ready
+
+    def maybe(self, shard: int, job_types: Iterable[str], cls: int) -> bool:
+        return any((shard, t, int(cls)) not in self._empty for t in job_types)
+
+    def mark_empty(self, shard: int, job_types: Iterable[str], classes: Iterable[int], seen: int) -> None:
+        """What a lease call that began at version `seen` found empty. If anything became ready since,
+        the finding may be stale and is dropped (a job promoted during the call must not be hidden)."""
+        if seen != self.version:
+            return
+        for t in job_types:
+            for c in classes:
+                self._empty.add((shard, t, int(c)))
+
+    def mark_ready(self, shard: int, job_type: str, cls: int) -> None:
+        self.version += 1
+        self._empty.discard((shard, job_type, int(cls)))
+
+    def forget(self, shard: int, job_types: Iterable[str] | None = None) -> None:
+        """Back to "maybe" for the shard (all types, or these)."""
+        self.version += 1
+        if job_types is None:
+            self._empty = {e for e in self._empty if e[0] != shard}
+        else:
+            for t in job_types:
+                for c in Priority:
+                    self._empty.discard((shard, t, int(c)))
+
+
+class SessionRegistry:
+    def __init__(self) -> None:
+        self.hints = ReadyHints()
+        self.sessions: set[WorkerSession] = set()
+        self.by_shard: dict[int, set[WorkerSession]] = defaultdict(set)
+        self.holders: dict[str, WorkerSession] = {}  # job id -> session holding its lease
+        self._none_left = asyncio.Event()
+        self._none_left.set()
+
+    def add(self, session: WorkerSession) -> None:
+        self.sessions.add(session)
+        self._none_left.clear()
+        for shard in session.types_by_shard:
+            self.by_shard[shard].add(session)
+
+    def remove(self, session: WorkerSession) -> None:
+        self.sessions.discard(session)
+        for shard in session.types_by_shard:
+            self.by_shard[shard].discard(session)
+        for job_id in session.held:
+            if self.holders.get(job_id) is session:
+                del self.holders[job_id]
+        if not self.sessions:
+            self._none_left.set()
+
+    async def all_closed(self, timeout: float) -> bool:
+        """Until every stream has ended (False after the timeout)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._none_left.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def notify_shard(self, shard: int) -> None:
+        """Something may have become ready in the shard: look again."""
+        self.hints.forget(shard)
+        for session in self.by_shard.get(shard, ()):
+            session.wake.set()
+
+    def notify_ready(self, shard: int, queues: Iterable[tuple[str, int]]) -> None:
+        """Jobs of these (type, class) queues became ready in the shard."""
+        types = set()
+        for job_type, cls in queues:
+            self.hints.mark_ready(shard, job_type, cls)
+            types.add(job_type)
+        for session in self.by_shard.get(shard, ()):
+            if types.intersection(session.job_types):
+                session.wake.set()
+
+    def all(self) -> Iterable[WorkerSession]:
+        return list(self.sessions)
