@@ -11,7 +11,7 @@ import grpc
 import structlog
 
 from shardq_common.clock import steady_ms, wall_ms
-from shardq_common.errors import REDIS_ERRORS, ConfigError, InvalidArgument, NotOwner
+from shardq_common.errors import ConfigError, InvalidArgument, NotOwner
 from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.tls import ChannelSecurity
 
@@ -19,6 +19,7 @@ from .cluster.coordinator import Coordinator
 from .cluster.peers import Peers
 from .config import Settings
 from .ops import metrics, redis_client
+from .ops.redis_errors import REDIS_ERRORS
 from .ops.redis_faults import note_redis_error
 from .queue.ingest import Ingestor
 from .queue.keys import CLUSTER_KEY, DIRTY_KEY

@@ -13,7 +13,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from shardq_common.errors import REDIS_DOWN, ConfigError, StoreUnavailable
+from shardq_common.errors import ConfigError, StoreUnavailable
 from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from shardq_common.redaction import redact
 
@@ -26,6 +26,7 @@ from .app import Dispatcher
 from .config import Settings
 from .ops import metrics, redis_client
 from .ops.embedded import EmbeddedRedis
+from .ops.redis_errors import REDIS_DOWN
 from .store import open_store
 
 log = structlog.get_logger("shardq.server")

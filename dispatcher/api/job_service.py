@@ -12,11 +12,12 @@ import structlog
 
 from shardmap import shard_for
 from shardq_common.clock import wall_ms
-from shardq_common.errors import REDIS_ERRORS, DispatcherError, InvalidArgument, NotFound, redis_transient
+from shardq_common.errors import DispatcherError, InvalidArgument, NotFound
 from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 
 from .. import PROTOCOL_VERSION, __version__
+from ..ops.redis_errors import REDIS_ERRORS, redis_transient
 from ..ops.redis_faults import note_redis_error
 from ..queue.reconciler import record_from_row
 from ..queue.states import JobState

@@ -11,11 +11,12 @@ import grpc
 import structlog
 
 from shardq_common.clock import steady_ms, wall_ms
-from shardq_common.errors import REDIS_ERRORS, DispatcherError, InvalidArgument, Unavailable
+from shardq_common.errors import DispatcherError, InvalidArgument, Unavailable
 from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 
 from .. import PROTOCOL_VERSION
+from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from ..queue.sessions import RESULTS_GRACE_S, WorkerSession
 from ..queue.states import ExtendCode

@@ -27,9 +27,9 @@ import structlog
 
 from shardmap import fallback_owner
 from shardq_common.clock import steady_ms
-from shardq_common.errors import REDIS_ERRORS
 from shardq_common.wakeup import Wakeup, cancelling
 
+from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from ..queue.keys import ALIVE_KEY, ASSIGNMENT_KEY, DIRTY_KEY, MEMBERS_KEY
 from .failover import MasterWatch

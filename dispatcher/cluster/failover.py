@@ -20,9 +20,8 @@ from typing import Any
 import structlog
 from redis.exceptions import ResponseError
 
-from shardq_common.errors import redis_transient
-
 from ..ops.redis_client import ShardqRedisCluster
+from ..ops.redis_errors import redis_transient
 
 log = structlog.get_logger("shardq.failover")
 

@@ -53,7 +53,7 @@ On a cluster, "Redis is unavailable" also shows up as errors that are not ``Conn
 ``RedisClusterException`` when no seed node answers or the slots are not all covered, and
 ``ClusterDownError`` / ``SlotNotCoveredError`` while the cluster is down. The cluster client made
 here raises :class:`ClusterUnavailable` (a ``redis.exceptions.ConnectionError``) for those, so the
-code that backs off on ``errors.REDIS_DOWN`` treats a down cluster like a down server. Errors in
+code that backs off on ``redis_errors.REDIS_DOWN`` treats a down cluster like a down server. Errors in
 the caller's request (such as keys of different slots in one script) are raised unchanged.
 """
 

@@ -6,16 +6,15 @@ from typing import Any
 
 import structlog
 
-from shardq_common.errors import redis_error_kind
-
 from . import metrics
+from .redis_errors import redis_error_kind
 
 log = structlog.get_logger("shardq.redis")
 
 
 def note_redis_error(where: str, exc: BaseException, **context: Any) -> str:
     """Log and count (shardq_redis_errors_total) a Redis error that ``where`` survives; returns its
-    kind (errors.redis_error_kind). An outage is a warning; an error reply that is no outage (a
+    kind (redis_errors.redis_error_kind). An outage is a warning; an error reply that is no outage (a
     script error, a wrong type) is logged as an error, since retrying will not fix a bug."""
     kind = redis_error_kind(exc)
     metrics.REDIS_ERRORS.labels(where, kind).inc()

@@ -25,11 +25,12 @@ import structlog
 
 from shardmap import shard_for
 from shardq_common.clock import wall_ms
-from shardq_common.errors import REDIS_ERRORS, InvalidArgument, NotOwner, StoreUnavailable
+from shardq_common.errors import InvalidArgument, NotOwner, StoreUnavailable
 
 from ..api.validation import ValidJob
 from ..config import REQUEST_OVERHEAD_BYTES
 from ..ops import metrics
+from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from ..store import JobRow, Store
 from . import failpoints

@@ -13,12 +13,13 @@ import structlog
 
 from shardmap import shard_for
 from shardq_common.clock import steady_ms, wall_ms, wall_ms_exact
-from shardq_common.errors import REDIS_ERRORS, DispatcherError, NotOwner, StoreUnavailable
+from shardq_common.errors import DispatcherError, NotOwner, StoreUnavailable
 from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.precise_timer import precise_timer
 from shardq_common.wakeup import Wakeup
 
 from ..api.validation import priority_to_pb
+from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from .fairness import FairPicker
 from .states import Priority

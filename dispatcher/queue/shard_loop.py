@@ -9,9 +9,10 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from shardq_common.errors import REDIS_ERRORS, NotOwner, StoreUnavailable
+from shardq_common.errors import NotOwner, StoreUnavailable
 from shardq_common.wakeup import Wakeup, cancelling
 
+from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from .ownership import Ownership
 

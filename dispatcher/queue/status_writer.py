@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import structlog
 
 from shardq_common.clock import steady_ms
-from shardq_common.errors import REDIS_ERRORS, StoreUnavailable
+from shardq_common.errors import StoreUnavailable
 from shardq_common.wakeup import Wakeup, cancelling
 
+from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from ..store import Store, StoreUpdate
 from . import failpoints

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING
 import structlog
 
 from shardq_common.clock import wall_ms
-from shardq_common.errors import REDIS_ERRORS, StoreUnavailable
+from shardq_common.errors import StoreUnavailable
 from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.wakeup import Wakeup, cancelling
 
 from ..ops import metrics
+from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from ..queue import failpoints
 from ..queue.ids import occurrence_job_id

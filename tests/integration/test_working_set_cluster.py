@@ -4,7 +4,7 @@ One scenario (every WorkingSet call, on a synthetic clock) runs against the sess
 the session Redis Cluster, for shards whose ``{sN}`` hash tags land on three different masters; the
 transcripts must be equal, and the keys of each shard must sit on the master that owns its slot.
 Also: the scripts route by their keys' slot (keys of two slots are refused client-side), NOSCRIPT
-reloads on the cluster, and an unreachable server, cluster or master raises an ``errors.REDIS_DOWN``
+reloads on the cluster, and an unreachable server, cluster or master raises a ``redis_errors.REDIS_DOWN``
 error within about a second.
 """
 
@@ -22,11 +22,12 @@ from redis.exceptions import RedisClusterException
 
 from dispatcher.config import RetryPolicy
 from dispatcher.ops.redis_client import ClusterUnavailable, ShardqRedisCluster, connect
+from dispatcher.ops.redis_errors import REDIS_DOWN
 from dispatcher.queue.keys import CLUSTER_KEY, ShardKeys
 from dispatcher.queue.records import JobRecord
 from dispatcher.queue.states import JobState, Priority
 from dispatcher.queue.working_set import NackSpec, NewJob, WorkingSet
-from shardq_common.errors import REDIS_DOWN, NotOwner
+from shardq_common.errors import NotOwner
 from tests.support.ports import free_port
 from tests.support.redis_cluster import RedisCluster3
 from tests.support.wait import wait_for

@@ -6,7 +6,7 @@ import pytest
 from redis import exceptions as rex
 
 from dispatcher.ops.redis_client import ClusterUnavailable, ReadOnlyReplica
-from shardq_common.errors import redis_error_kind, redis_transient
+from dispatcher.ops.redis_errors import redis_error_kind, redis_transient
 
 
 @pytest.mark.parametrize(
