@@ -655,6 +655,7 @@ ALERTS = {
     "ShardqReadyJobsWaiting": "warning",
     "ShardqReadyJobsButNoWorkers": "warning",
     "ShardqDeadLettersGrowing": "warning",
+    "ShardqRedisRefusingCommands": "warning",
     "ShardqJobsRestoredFromDatabase": "info",
 }
 
