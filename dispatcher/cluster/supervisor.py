@@ -30,6 +30,7 @@ log = structlog.get_logger("shardq.supervisor")
 MAX_BACKOFF_S = 30.0
 HEALTHY_AFTER_S = 60.0
 START_FAILED = 2  # what `dispatcher run` exits with when its settings or dependencies stop it
+START_ATTEMPTS = 3  # a process that never started is given up after this many failed starts
 
 
 def _free_port(host: str) -> int:
@@ -43,6 +44,8 @@ class Child:
     slot: int
     port: int
     process: asyncio.subprocess.Process | None = None
+    ever_started: bool = False
+    start_failures: int = 0
     started: float = 0.0
     backoff: float = 0.5
     restarts: int = 0
@@ -138,13 +141,19 @@ class Supervisor:
             multiprocess.mark_process_dead(child.process.pid, self.metrics_dir)
             if self._stopping.is_set():
                 return
-            if code == START_FAILED and child.restarts == 0:
-                # It printed why (a port taken, a database or Redis it cannot reach): restarting the
-                # same settings would print it forever, so the supervisor stops with that exit code.
-                log.error("dispatcher process could not start; stopping", slot=child.slot)
-                self.exit_code = START_FAILED
-                self._stopping.set()
-                return
+            if code != START_FAILED:
+                child.ever_started = True
+            elif not child.ever_started:
+                # It printed why (a port taken, a database or Redis it cannot reach). Its private port
+                # was only free when this supervisor looked, so it gets another; a failure that
+                # repeats is the settings', and restarting them would print it forever.
+                child.start_failures += 1
+                if child.start_failures >= START_ATTEMPTS:
+                    log.error("dispatcher process could not start; stopping", slot=child.slot)
+                    self.exit_code = START_FAILED
+                    self._stopping.set()
+                    return
+                child.port = _free_port(self.host)
             ran = time.monotonic() - child.started
             if ran > HEALTHY_AFTER_S:
                 child.backoff = 0.5
