@@ -231,7 +231,7 @@ class Worker:
             import uvloop
 
             uvloop.run(self.serve_forever())
-        except ImportError:  # pragma: no cover - uvloop is a dependency
+        except ImportError:  # uvloop is optional for a worker (the dispatcher extra installs it)
             asyncio.run(self.serve_forever())
 
     async def wait_connected(self, timeout: float = 10.0) -> None:

@@ -15,6 +15,7 @@ import grpc
 from worker_sdk import DEAD_REASONS, Client, JobInfo, ShardqError
 
 from . import ctl_schedules
+from .extra import missing_extra_message
 from .tables import table
 
 
@@ -224,7 +225,10 @@ def cmd_rebalance(client: Client, args: argparse.Namespace) -> Any:
 
 
 def cmd_health(client: Client, args: argparse.Namespace) -> Any:
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    try:
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+    except ModuleNotFoundError:
+        raise UsageError(missing_extra_message("health", ["grpcio-health-checking"])) from None
 
     with client.security.channel(client.target) as channel:
         try:

@@ -9,12 +9,13 @@ import sys
 from shardq_common.errors import DispatcherError
 from shardq_common.logs import configure
 
-from ..cluster.supervisor import START_FAILED
-from ..config import Settings
-from ..schedules import file as schedules_file
+from .extra import missing_dispatcher_extra, missing_extra_message
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ..config import Settings
+    from ..schedules import file as schedules_file
+
     if args.processes is None and "SHARDQ_PROCESSES" not in os.environ:
         args.processes = os.cpu_count() or 1
     settings = Settings.from_env(
@@ -49,6 +50,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    missing = missing_dispatcher_extra()
+    if missing:
+        # Before the dispatcher's modules are imported: without the extra they would fail in a traceback.
+        print(f"dispatcher: {missing_extra_message('the dispatcher', missing)}", file=sys.stderr)
+        return 2  # START_FAILED, whose module is one of those that cannot be imported
+    from ..cluster.supervisor import START_FAILED
+
     parser = argparse.ArgumentParser(prog="dispatcher", description="shardq dispatcher daemon")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a dispatcher (embedded Redis and SQLite unless URLs are given)")
