@@ -539,14 +539,18 @@ class Worker:
                 # Results not yet written still hold their slot at the dispatcher.
                 running = sum(1 for r in self._running.values() if r.link == link.address)
                 deficit = link.share - running - link.unsent - link.granted
-                # A lease is taken only for a free thread, so a sync job never waits for one: a job
-                # leased and then left queued behind stuck handlers would time out unrun and be
-                # charged an attempt. The pool has `concurrency` threads, minus those still held.
-                free = self._free_threads()
-                capped = free < deficit
-                if capped:
-                    deficit = free
-                    self._capped = True
+                # While handlers are stuck past their timeout, a lease is taken only for a free
+                # thread: a job leased and then left queued behind them would wait unrun. Without
+                # stuck handlers the shares bound the credit; a share that just shrank (a new
+                # dispatcher to split with) may leave a link's credit above it for a moment, and
+                # capping then would starve the new link until the old one's credit is used.
+                capped = False
+                if self.stuck_threads:
+                    free = self._free_threads()
+                    capped = free < deficit
+                    if capped:
+                        deficit = free
+                        self._capped = True
                 # Refill in batches (a quarter of the share) so leases come in batches too; at once
                 # when nothing is left to run, so the link never idles waiting for a refill, and
                 # when every free thread is asked for, as no bigger batch can come.
