@@ -23,6 +23,7 @@ from .api.security import ServerSecurity
 from .api.shard_service import ShardService
 from .api.worker_service import WorkerService
 from .app import Dispatcher
+from .cluster.state_metrics import serve_metrics
 from .config import Settings
 from .ops import metrics, redis_client
 from .ops.embedded import EmbeddedRedis
@@ -106,7 +107,7 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
                     f"cannot listen on {host}:{own_port}, the advertised port (SHARDQ_ADVERTISE)"
                 )
         if settings.metrics_listen:  # before the dispatcher starts: a taken port stops nothing running
-            metrics.serve_metrics(settings.metrics_listen, redis_url, settings.shard_count)
+            serve_metrics(settings.metrics_listen, redis_url, settings.shard_count)
             log.info("metrics", address=settings.metrics_listen)
         # One server, or a Redis Cluster; connections named after this member.
         redis: Any = redis_client.connect(redis_url, client_name=settings.member_id(advertise))

@@ -20,6 +20,7 @@ from .. import PROTOCOL_VERSION, __version__
 from ..config import Settings
 from ..ops.redis_errors import REDIS_ERRORS, redis_transient
 from ..ops.redis_faults import note_redis_error
+from ..queue import validation
 from ..queue.cancel import Canceller
 from ..queue.ingest import Ingestor
 from ..queue.ownership import Ownership
@@ -29,7 +30,7 @@ from ..queue.states import JobState
 from ..queue.status_writer import StatusWriter
 from ..queue.working_set import NewJob, WorkingSet
 from ..store import DeadFilter, JobRow, Store
-from . import auth, validation
+from . import auth
 
 log = structlog.get_logger("shardq.job_service")
 R = TypeVar("R")

@@ -14,13 +14,13 @@ from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 
 from ..cluster.coordinator import Coordinator
 from ..config import Settings
+from ..queue import validation
 from ..queue.ingest import MAX_PUSH, Ingestor
 from ..queue.keys import ASSIGNMENT_KEY
 from ..queue.ownership import Ownership
 from ..queue.records import JobRecord
 from ..queue.states import JobState
 from ..queue.working_set import NewJob, WorkingSet
-from . import validation
 from .job_service import rpc
 
 log = structlog.get_logger("shardq.shard_service")

@@ -18,13 +18,14 @@ from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from .. import PROTOCOL_VERSION
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
+from ..queue import validation
 from ..queue.lease_returns import LeaseReturns
 from ..queue.sessions import RESULTS_GRACE_S, SessionContext, WorkerSession
 from ..queue.states import ExtendCode
 from ..queue.status_writer import transition_update
 from ..queue.transition_sink import TransitionSink
 from ..queue.working_set import NackSpec
-from . import auth, validation
+from . import auth
 
 log = structlog.get_logger("shardq.worker_service")
 HELLO_TIMEOUT_S = 10.0

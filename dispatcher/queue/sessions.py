@@ -18,7 +18,6 @@ from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.precise_timer import precise_timer
 from shardq_common.wakeup import Wakeup
 
-from ..api.validation import priority_to_pb
 from ..config import Settings
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
@@ -26,6 +25,7 @@ from .fairness import FairPicker
 from .ownership import Ownership
 from .states import Priority
 from .status_writer import LEASE_WRITE_DELAY_MS, StatusWriter, lease_update
+from .validation import priority_to_pb
 from .working_set import Grant, WorkingSet
 
 log = structlog.get_logger("shardq.sessions")
