@@ -120,6 +120,7 @@ class Dispatcher:
 
     @property
     def stopping(self) -> bool:
+        """True from the start of stop(): the sessions keep the flag, since they act on it."""
         return self.sessions.stopping
 
     # -- lifecycle ---------------------------------------------------------------------
