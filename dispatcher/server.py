@@ -23,6 +23,7 @@ from .api.security import ServerSecurity
 from .api.shard_service import ShardService
 from .api.worker_service import WorkerService
 from .app import Dispatcher
+from .cluster.state_metrics import serve_metrics
 from .config import Settings
 from .ops import metrics, redis_client
 from .ops.embedded import EmbeddedRedis
@@ -106,7 +107,7 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
                     f"cannot listen on {host}:{own_port}, the advertised port (SHARDQ_ADVERTISE)"
                 )
         if settings.metrics_listen:  # before the dispatcher starts: a taken port stops nothing running
-            metrics.serve_metrics(settings.metrics_listen, redis_url, settings.shard_count)
+            serve_metrics(settings.metrics_listen, redis_url, settings.shard_count)
             log.info("metrics", address=settings.metrics_listen)
         # One server, or a Redis Cluster; connections named after this member.
         redis: Any = redis_client.connect(redis_url, client_name=settings.member_id(advertise))
@@ -119,10 +120,7 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
                 f"cannot reach Redis at {redact(redis_url)}: {exc} (check SHARDQ_REDIS_URL or --redis-url)"
             ) from None
         stack.push_async_callback(_stop_unless_stopped, app)
-        pb_grpc.add_JobServiceServicer_to_server(JobService(app), server)
-        pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(app), server)
-        pb_grpc.add_ShardServiceServicer_to_server(ShardService(app), server)
-        pb_grpc.add_ScheduleServiceServicer_to_server(ScheduleService(app), server)
+        _add_services(server, app)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         await server.start()
@@ -140,6 +138,29 @@ async def start_dispatcher(settings: Settings) -> RunningDispatcher:
     except BaseException:
         await stack.aclose()
         raise
+
+
+def _add_services(server: grpc.aio.Server, app: Dispatcher) -> None:
+    """The gRPC services, each given the parts of the dispatcher it serves from."""
+    jobs = JobService(
+        app.settings,
+        app.store,
+        app.working_set,
+        app.writer,
+        app.ingest,
+        app.canceller,
+        app.ownership,
+        app.loops,
+    )
+    workers = WorkerService(app.dispatcher_id, app.session_context, app.transitions, app.returns)
+    shards = ShardService(
+        app.settings, app.redis, app.coordinator, app.working_set, app.ownership, app.ingest
+    )
+    schedules = ScheduleService(app.store, app.scheduler)
+    pb_grpc.add_JobServiceServicer_to_server(jobs, server)
+    pb_grpc.add_WorkerServiceServicer_to_server(workers, server)
+    pb_grpc.add_ShardServiceServicer_to_server(shards, server)
+    pb_grpc.add_ScheduleServiceServicer_to_server(schedules, server)
 
 
 async def _stop_unless_stopped(app: Dispatcher) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import structlog
@@ -17,16 +17,20 @@ from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 
 from .. import PROTOCOL_VERSION, __version__
+from ..config import Settings
 from ..ops.redis_errors import REDIS_ERRORS, redis_transient
 from ..ops.redis_faults import note_redis_error
+from ..queue import validation
+from ..queue.cancel import Canceller
+from ..queue.ingest import Ingestor
+from ..queue.ownership import Ownership
 from ..queue.reconciler import record_from_row
+from ..queue.shard_loops import ShardLoops
 from ..queue.states import JobState
-from ..queue.working_set import NewJob
-from ..store import DeadFilter, JobRow
-from . import auth, validation
-
-if TYPE_CHECKING:
-    from ..app import Dispatcher
+from ..queue.status_writer import StatusWriter
+from ..queue.working_set import NewJob, WorkingSet
+from ..store import DeadFilter, JobRow, Store
+from . import auth
 
 log = structlog.get_logger("shardq.job_service")
 R = TypeVar("R")
@@ -71,16 +75,32 @@ def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
 
 
 class JobService(pb_grpc.JobServiceServicer):
-    def __init__(self, app: Dispatcher) -> None:
-        self.app = app
-        self.settings = app.settings
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        working_set: WorkingSet,
+        writer: StatusWriter,
+        ingest: Ingestor,
+        canceller: Canceller,
+        ownership: Ownership,
+        loops: ShardLoops,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.working_set = working_set
+        self.writer = writer
+        self.ingest = ingest
+        self.canceller = canceller
+        self.ownership = ownership  # the epoch of a shard a requeue writes to
+        self.loops = loops  # a requeued job's promoter, when this process owns its shard
 
     @rpc
     async def Enqueue(self, request: pb.EnqueueRequest, context: Any) -> pb.EnqueueResponse:
         now = wall_ms()
         job = validation.job_spec(request.job, "job", self.settings, now)
         auth.check_types([job.type], "job.type")
-        [(job_id, created)] = await self.app.ingest.enqueue([job], now)
+        [(job_id, created)] = await self.ingest.enqueue([job], now)
         return pb.EnqueueResponse(job_id=job_id, created=created)
 
     @rpc
@@ -93,7 +113,7 @@ class JobService(pb_grpc.JobServiceServicer):
         if not all(map(auth.may_use, {job.type for job in jobs})):  # then name the first job refused
             for i, job in enumerate(jobs):
                 auth.check_types([job.type], f"jobs[{i}].type")
-        results = await self.app.ingest.enqueue(jobs, now)
+        results = await self.ingest.enqueue(jobs, now)
         return pb.EnqueueManyResponse(job_ids=[r[0] for r in results], created=[r[1] for r in results])
 
     @rpc
@@ -104,7 +124,7 @@ class JobService(pb_grpc.JobServiceServicer):
             raise NotFound(f"no job {job_id}")
         auth.check_types([row.type], "job_id")  # a producer reads the jobs of the types it may enqueue
         # Redis holds the live state; the row may lag it by the write-behind interval.
-        record = await self.app.working_set.record(row.shard, job_id)
+        record = await self.working_set.record(row.shard, job_id)
         if record is not None and record.state in _OUTCOMES and row.status != record.state:
             # It finished after the row was read. Its outcome (result, error) is only in the DB:
             # read the row again, and until that write is committed (by whichever process owns
@@ -123,29 +143,29 @@ class JobService(pb_grpc.JobServiceServicer):
 
     async def _committed_row(self, job_id: str) -> JobRow | None:
         """The job's row, after this process's pending status writes for it are committed."""
-        if self.app.writer.is_pending(job_id):
-            await self.app.writer.flush()
-        return await self.app.store.get_job(job_id)
+        if self.writer.is_pending(job_id):
+            await self.writer.flush()
+        return await self.store.get_job(job_id)
 
     @rpc
     async def CancelJob(self, request: pb.CancelJobRequest, context: Any) -> pb.CancelJobResponse:
         job_id = validation.job_id(request.job_id)
-        row = await self.app.store.get_job(job_id)
+        row = await self.store.get_job(job_id)
         if row is None:
             raise NotFound(f"no job {job_id}")
         auth.check_types([row.type], "job_id")
-        status = await self.app.cancel(job_id, row.shard, row.type, row.priority, row.status)
+        status = await self.canceller.cancel(job_id, row.shard, row.type, row.priority, row.status)
         return pb.CancelJobResponse(status=_STATUS[status])
 
     @rpc
     async def Stats(self, request: pb.StatsRequest, context: Any) -> pb.StatsResponse:
         queues: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         # Jobs this process acknowledged are counted once queued (another process's, within moments).
-        await self.app.ingest.settle(STATS_SETTLE_S)
-        counts = await self.app.working_set.counts(range(self.settings.shard_count))
+        await self.ingest.settle(STATS_SETTLE_S)
+        counts = await self.working_set.counts(range(self.settings.shard_count))
         for (job_type, prio, state), n in counts.items():
             queues[(job_type, prio)][state] += n
-        for (job_type, prio), n in (await self.app.store.dead_counts()).items():
+        for (job_type, prio), n in (await self.store.dead_counts()).items():
             queues[(job_type, prio)]["dead"] += n
         now = wall_ms()
         out = []
@@ -154,7 +174,7 @@ class JobService(pb_grpc.JobServiceServicer):
                 continue
             oldest = 0
             if c["ready"]:
-                ready_at = await self.app.working_set.oldest_ready(
+                ready_at = await self.working_set.oldest_ready(
                     shard_for(job_type, self.settings.shard_count), job_type, prio
                 )
                 oldest = max(0, now - ready_at) if ready_at else 0
@@ -177,7 +197,7 @@ class JobService(pb_grpc.JobServiceServicer):
                 skipped=r.skipped,
                 next_occurrence_ms=(r.next_occurrence_ms or 0) if r.enabled else 0,
             )
-            for r in await self.app.store.list_schedules()
+            for r in await self.store.list_schedules()
         ]
         return pb.StatsResponse(queues=out, schedules=schedules)
 
@@ -189,8 +209,8 @@ class JobService(pb_grpc.JobServiceServicer):
             raise InvalidArgument(f"limit: at most {MAX_LIST}")
         if request.after_id:
             validation.job_id(request.after_id, "after_id")
-        await self.app.writer.flush()
-        rows = await self.app.store.list_dead(where, limit, request.after_id)
+        await self.writer.flush()
+        rows = await self.store.list_dead(where, limit, request.after_id)
         return pb.ListDeadResponse(jobs=[job_message(r) for r in rows])
 
     @rpc
@@ -201,14 +221,14 @@ class JobService(pb_grpc.JobServiceServicer):
         if len(ids) > MAX_LIST:
             raise InvalidArgument(f"job_ids: at most {MAX_LIST}")
         where = self._filter(request.filter)
-        await self.app.writer.flush()
+        await self.writer.flush()
         requeued = 0
         after = ""
         while True:
             if ids:
-                rows = [r for r in await self.app.store.get_jobs(ids) if r.status == "dead"]
+                rows = [r for r in await self.store.get_jobs(ids) if r.status == "dead"]
             else:
-                rows = await self.app.store.list_dead(where, 1000, after)
+                rows = await self.store.list_dead(where, 1000, after)
             if not rows:
                 break
             requeued += await self._requeue(rows)
@@ -226,16 +246,17 @@ class JobService(pb_grpc.JobServiceServicer):
         for shard, group in by_shard.items():
             jobs = [NewJob(r.id, record_from_row(r, now, requeue=True), r.payload) for r in group]
             # The row first: once the job runs again its status updates must find it active.
-            await self.app.store.requeue_dead([r.id for r in group], now)
-            n += await self.app.working_set.restore(shard, await self.app.shard_epoch(shard), "requeue", jobs)
-            self.app.wake_promoter(shard, now)
+            await self.store.requeue_dead([r.id for r in group], now)
+            epoch = await self.ownership.current_epoch(shard)
+            n += await self.working_set.restore(shard, epoch, "requeue", jobs)
+            self.loops.wake_promoter(shard, now)
         return n
 
     @rpc
     async def PurgeDead(self, request: pb.PurgeDeadRequest, context: Any) -> pb.PurgeDeadResponse:
         where = self._filter(request.filter)
-        await self.app.writer.flush()
-        return pb.PurgeDeadResponse(purged=await self.app.store.purge_dead(where))
+        await self.writer.flush()
+        return pb.PurgeDeadResponse(purged=await self.store.purge_dead(where))
 
     @rpc
     async def GetVersion(self, request: pb.GetVersionRequest, context: Any) -> pb.GetVersionResponse:

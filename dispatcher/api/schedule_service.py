@@ -3,7 +3,7 @@ next tick (dispatcher/schedules/scheduler.py), which is woken at once when it is
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
@@ -12,26 +12,25 @@ from shardq_common.errors import InvalidArgument, NotFound
 from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 
+from ..schedules.scheduler import Scheduler
 from ..schedules.spec import log_change, schedule_name, to_pb
-from ..store import ScheduleRow
+from ..store import ScheduleRow, Store
 from .job_service import rpc
-
-if TYPE_CHECKING:
-    from ..app import Dispatcher
 
 log = structlog.get_logger("shardq.schedules")
 MAX_NEXT = 1000
 
 
 class ScheduleService(pb_grpc.ScheduleServiceServicer):
-    def __init__(self, app: Dispatcher) -> None:
-        self.app = app
+    def __init__(self, store: Store, scheduler: Scheduler) -> None:
+        self.store = store
+        self.scheduler = scheduler
 
     @rpc
     async def UpsertSchedule(
         self, request: pb.UpsertScheduleRequest, context: Any
     ) -> pb.UpsertScheduleResponse:
-        row, created, changed = await self.app.scheduler.declare(request.schedule)
+        row, created, changed = await self.scheduler.declare(request.schedule)
         return pb.UpsertScheduleResponse(schedule=to_pb(row), created=created, changed=changed)
 
     @rpc
@@ -40,7 +39,7 @@ class ScheduleService(pb_grpc.ScheduleServiceServicer):
 
     @rpc
     async def ListSchedules(self, request: pb.ListSchedulesRequest, context: Any) -> pb.ListSchedulesResponse:
-        rows = await self.app.store.list_schedules(request.type)
+        rows = await self.store.list_schedules(request.type)
         return pb.ListSchedulesResponse(schedules=[to_pb(r) for r in rows])
 
     @rpc
@@ -56,10 +55,10 @@ class ScheduleService(pb_grpc.ScheduleServiceServicer):
         self, request: pb.ScheduleNameRequest, context: Any
     ) -> pb.DeleteScheduleResponse:
         name = schedule_name(request.name)
-        deleted = await self.app.store.delete_schedule(name)
+        deleted = await self.store.delete_schedule(name)
         if not deleted:
             raise NotFound(f"no schedule {name}")
-        self.app.scheduler.wake.set()
+        self.scheduler.wake.set()
         log.info("schedule deleted", schedule=name)
         return pb.DeleteScheduleResponse(deleted=True)
 
@@ -71,26 +70,26 @@ class ScheduleService(pb_grpc.ScheduleServiceServicer):
         if count > MAX_NEXT:
             raise InvalidArgument(f"count: at most {MAX_NEXT}")
         row = await self._get(request.name)
-        cron = self.app.scheduler.cron_of(row)
+        cron = self.scheduler.cron_of(row)
         found = cron.occurrences(wall_ms(), wall_ms() + 400 * 86_400_000, count)
         return pb.NextOccurrencesResponse(occurrences_ms=found, timezone=row.timezone)
 
     async def _get(self, name: str) -> ScheduleRow:
         name = schedule_name(name)
-        row = await self.app.store.get_schedule(name)
+        row = await self.store.get_schedule(name)
         if row is None:
             raise NotFound(f"no schedule {name}")
         return row
 
     async def _set_enabled(self, name: str, enabled: bool) -> ScheduleRow:
         name = schedule_name(name)
-        current = await self.app.store.get_schedule(name)
+        current = await self.store.get_schedule(name)
         if current is None:
             raise NotFound(f"no schedule {name}")
-        row = await self.app.store.set_schedule_enabled(name, enabled)
+        row = await self.store.set_schedule_enabled(name, enabled)
         if row is None:
             raise NotFound(f"no schedule {name}")
         if row.version != current.version:
-            self.app.scheduler.wake.set()
+            self.scheduler.wake.set()
             log_change(row, "resumed" if enabled else "paused")
         return row

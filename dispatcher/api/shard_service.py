@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
@@ -12,30 +12,42 @@ from shardq_common.errors import InvalidArgument, NotOwner, Unavailable
 from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 
+from ..cluster.coordinator import Coordinator
 from ..config import Settings
-from ..queue.ingest import MAX_PUSH
+from ..queue import validation
+from ..queue.ingest import MAX_PUSH, Ingestor
 from ..queue.keys import ASSIGNMENT_KEY
+from ..queue.ownership import Ownership
 from ..queue.records import JobRecord
 from ..queue.states import JobState
-from ..queue.working_set import NewJob
-from . import validation
+from ..queue.working_set import NewJob, WorkingSet
 from .job_service import rpc
-
-if TYPE_CHECKING:
-    from ..app import Dispatcher
 
 log = structlog.get_logger("shardq.shard_service")
 
 
 class ShardService(pb_grpc.ShardServiceServicer):
-    def __init__(self, app: Dispatcher) -> None:
-        self.app = app
+    def __init__(
+        self,
+        settings: Settings,
+        redis: Any,
+        coordinator: Coordinator,
+        working_set: WorkingSet,
+        ownership: Ownership,
+        ingest: Ingestor,
+    ) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.coordinator = coordinator
+        self.working_set = working_set
+        self.ownership = ownership
+        self.ingest = ingest
 
     @rpc
     async def GetShardMap(self, request: pb.GetShardMapRequest, context: Any) -> pb.GetShardMapResponse:
-        view = await self.app.coordinator.refresh()
-        shard_count = self.app.settings.shard_count
-        pending = await self.app.working_set.shard_counts(list(range(shard_count)))
+        view = await self.coordinator.refresh()
+        shard_count = self.settings.shard_count
+        pending = await self.working_set.shard_counts(list(range(shard_count)))
         shards = []
         for shard in range(shard_count):
             owner, epoch, _ = view.owners.get(shard, ("", 0, 0))
@@ -46,7 +58,7 @@ class ShardService(pb_grpc.ShardServiceServicer):
                     epoch=epoch,
                     address=view.members.get(owner, "") if owner else "",
                     pending=pending.get(shard, 0),
-                    assigned=self.app.coordinator.desired_owner(shard) or "",
+                    assigned=self.coordinator.desired_owner(shard) or "",
                 )
             )
         members = [pb.Member(id=m, address=a, alive=m in view.members) for m, a in sorted(view.known.items())]
@@ -54,13 +66,13 @@ class ShardService(pb_grpc.ShardServiceServicer):
 
     @rpc
     async def Rebalance(self, request: pb.RebalanceRequest, context: Any) -> pb.RebalanceResponse:
-        coordinator = self.app.coordinator
+        coordinator = self.coordinator
         view = await coordinator.refresh()
         members = sorted(view.members)
         if not members:
             raise Unavailable("no live dispatchers")
-        shard_count = self.app.settings.shard_count
-        weights = await self.app.working_set.shard_counts(list(range(shard_count)))
+        shard_count = self.settings.shard_count
+        weights = await self.working_set.shard_counts(list(range(shard_count)))
         current: dict[int, str | None] = {}
         for shard in range(shard_count):
             owner = view.owners.get(shard, ("", 0, 0))[0]
@@ -68,7 +80,7 @@ class ShardService(pb_grpc.ShardServiceServicer):
         plan = balanced_plan(shard_count, current, members, weights)
         moves = diff(current, plan, weights)
         if not request.dry_run:
-            await self.app.redis.hset(ASSIGNMENT_KEY, mapping={str(s): o for s, o in plan.items()})
+            await self.redis.hset(ASSIGNMENT_KEY, mapping={str(s): o for s, o in plan.items()})
             log.info("rebalance applied", moves=len(moves), members=members)
             coordinator.wake()
         return pb.RebalanceResponse(
@@ -81,20 +93,20 @@ class ShardService(pb_grpc.ShardServiceServicer):
 
     @rpc
     async def PushJobs(self, request: pb.PushJobsRequest, context: Any) -> pb.PushJobsResponse:
-        if request.shard >= self.app.settings.shard_count:
+        if request.shard >= self.settings.shard_count:
             raise InvalidArgument(f"shard: {request.shard} is not a shard")
         if len(request.jobs) > MAX_PUSH:
             raise InvalidArgument(f"jobs: at most {MAX_PUSH}")
-        if not self.app.ownership.owns(request.shard):
+        if not self.ownership.owns(request.shard):
             raise NotOwner(f"shard {request.shard} is not owned here")
         # A hand-off is checked like the enqueue it comes from: what it queues is trusted from then on.
         records: dict[bytes, JobRecord] = {}  # jobs alike come with the same record: check it once
-        now, settings = wall_ms(), self.app.settings
+        now, settings = wall_ms(), self.settings
         jobs = [
             _pushed_job(j, f"jobs[{i}]", request.shard, settings, now, records)
             for i, j in enumerate(request.jobs)
         ]
-        await self.app.ingest.take(request.shard, jobs)
+        await self.ingest.take(request.shard, jobs)
         return pb.PushJobsResponse()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 import structlog
@@ -18,14 +18,14 @@ from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from .. import PROTOCOL_VERSION
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
-from ..queue.sessions import RESULTS_GRACE_S, WorkerSession
+from ..queue import validation
+from ..queue.lease_returns import LeaseReturns
+from ..queue.sessions import RESULTS_GRACE_S, SessionContext, WorkerSession
 from ..queue.states import ExtendCode
 from ..queue.status_writer import transition_update
+from ..queue.transition_sink import TransitionSink
 from ..queue.working_set import NackSpec
-from . import auth, validation
-
-if TYPE_CHECKING:
-    from ..app import Dispatcher
+from . import auth
 
 log = structlog.get_logger("shardq.worker_service")
 HELLO_TIMEOUT_S = 10.0
@@ -36,13 +36,27 @@ MAX_ERROR_CHARS = 16_000
 
 
 class WorkerService(pb_grpc.WorkerServiceServicer):
-    def __init__(self, app: Dispatcher) -> None:
-        self.app = app
+    def __init__(
+        self,
+        member_id: str,
+        context: SessionContext,
+        transitions: TransitionSink,
+        returns: LeaseReturns,
+    ) -> None:
+        self.member_id = member_id  # told to the worker in its welcome
+        self.context = context  # what each stream's session leases with
+        self.settings = context.settings
+        self.registry = context.registry
+        self.working_set = context.working_set
+        self.writer = context.writer
+        self.transitions = transitions
+        self.returns = returns
+        self._closing: set[asyncio.Future[None]] = set()  # clean-ups of ended streams, until they end
 
     async def Connect(
         self, request_iterator: AsyncIterator[pb.WorkerMessage], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.DispatcherMessage]:
-        if self.app.stopping:
+        if self.registry.stopping:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "dispatcher is shutting down")
         requests = request_iterator.__aiter__()
         try:
@@ -72,7 +86,8 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             # When the worker vanishes the RPC task is cancelled, possibly more than once: run the
             # clean-up (which releases its leases after the grace) in a task of its own.
             cleanup = asyncio.ensure_future(self._close(session, reader, pump))
-            self.app.background(cleanup)
+            self._closing.add(cleanup)
+            cleanup.add_done_callback(self._closing.discard)
             await asyncio.shield(cleanup)
 
     async def _close(
@@ -87,7 +102,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         if pending:
             pump.cancel()
             await asyncio.gather(pump, return_exceptions=True)
-        await self.app.close_session(session)
+        await self.returns.close_session(session)
 
     async def _open(self, first: pb.WorkerMessage, peer: str) -> WorkerSession:
         if first.WhichOneof("msg") != "hello":
@@ -97,26 +112,24 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             raise InvalidArgument(f"hello.worker_id: must be 1..{MAX_WORKER_ID} characters")
         if not hello.job_types:
             raise InvalidArgument("hello.job_types: a worker must declare at least one job type")
-        validation.at_most(
-            len(hello.job_types), self.app.settings.max_worker_types, "hello.job_types", "types"
-        )
+        validation.at_most(len(hello.job_types), self.settings.max_worker_types, "hello.job_types", "types")
         types = sorted({validation.job_type(t, "hello.job_types[]") for t in hello.job_types})
         auth.check_types(types, "hello.job_types")
         if not 1 <= hello.concurrency <= MAX_CONCURRENCY:
             raise InvalidArgument(f"hello.concurrency: must be in 1..{MAX_CONCURRENCY}")
-        validation.at_most(len(hello.held), self.app.settings.max_lease_refs, "hello.held", "leases")
+        validation.at_most(len(hello.held), self.settings.max_lease_refs, "hello.held", "leases")
         refs = [
-            validation.lease_ref(r, f"hello.held[{i}]", self.app.settings.shard_count)
+            validation.lease_ref(r, f"hello.held[{i}]", self.settings.shard_count)
             for i, r in enumerate(hello.held)
         ]
-        session = WorkerSession(self.app, hello.worker_id, types, hello.concurrency, peer)
-        self.app.sessions.add(session)
+        session = WorkerSession(self.context, hello.worker_id, types, hello.concurrency, peer)
+        self.registry.add(session)
         session.send(
             pb.DispatcherMessage(
                 welcome=pb.Welcome(
-                    dispatcher_id=self.app.dispatcher_id,
+                    dispatcher_id=self.member_id,
                     protocol=PROTOCOL_VERSION,
-                    heartbeat_interval_ms=max(100, self.app.settings.lease_ttl_ms // 3),
+                    heartbeat_interval_ms=max(100, self.settings.lease_ttl_ms // 3),
                 )
             )
         )
@@ -125,7 +138,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 await self._extend(session, refs, reclaim=True)
             except BaseException:
                 session.close()
-                self.app.sessions.remove(session)
+                self.registry.remove(session)
                 raise
         session.log.info(
             "worker connected", types=types, concurrency=hello.concurrency, reclaimed=len(session.held)
@@ -133,7 +146,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         return session
 
     async def _read(self, session: WorkerSession, requests: AsyncIterator[pb.WorkerMessage]) -> None:
-        shards, most = self.app.settings.shard_count, self.app.settings.max_lease_refs
+        shards, most = self.settings.shard_count, self.settings.max_lease_refs
         try:
             # Read to the end even once the session is closed: acks and nacks still in flight are
             # applied (tokens decide, not the shard's owner); leases are no longer handed out.
@@ -158,7 +171,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 elif kind == "drain":
                     session.draining = True
                     session.log.info("worker draining")
-                    await self.app.return_unsent(session, session.withdraw_all())
+                    await self.returns.return_unsent(session, session.withdraw_all())
                 elif kind == "hello":
                     raise InvalidArgument("hello: sent twice on one stream")
                 else:
@@ -185,7 +198,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         refs = list(dict.fromkeys(refs))  # a lease listed twice is extended (and answered) once
         now = steady_ms()  # a lease deadline
         for shard, group in _by_shard(refs).items():
-            results = await self.app.working_set.extend(
+            results = await self.working_set.extend(
                 shard, now, [(i, t) for i, t, _ in group], holder=session.stream_id if reclaim else ""
             )
             for (job_id, token, _), deadline in zip(group, results, strict=True):
@@ -207,7 +220,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             session.send(pb.DispatcherMessage(cancel=pb.Cancel(ref=ref)))
 
     async def _ack(self, session: WorkerSession, acks: pb.Acks) -> None:
-        shards, limit = self.app.settings.shard_count, self.app.settings.max_result_bytes
+        shards, limit = self.settings.shard_count, self.settings.max_result_bytes
         items = []
         for i, ack in enumerate(acks.acks):
             job_id, token, shard = validation.lease_ref(ack.lease, f"acks[{i}].lease", shards)
@@ -219,7 +232,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         now = wall_ms()
         acked = []
         for shard, group in _by_shard(items).items():
-            results = await self.app.working_set.ack(
+            results = await self.working_set.ack(
                 shard, now, [(i, t) for i, t, *_ in group], [r for *_, r in group]
             )
             for (job_id, token, _, result), t in zip(group, results, strict=True):
@@ -228,13 +241,13 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     session.log.info("stale ack rejected", job=job_id, token=token)
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
-                self.app.writer.record(shard, transition_update(t, now, result=result))
+                self.writer.record(shard, transition_update(t, now, result=result))
                 acked.append((t, job_type))
                 session.log.debug("job acked", job=job_id, type=job_type, shard=shard, attempt=t.attempts)
-        self.app.metrics_finished(acked, "ack")
+        self.transitions.finished(acked, "ack")
 
     async def _nack(self, session: WorkerSession, nacks: pb.Nacks) -> None:
-        shards = self.app.settings.shard_count
+        shards = self.settings.shard_count
         items = []
         for i, nack in enumerate(nacks.nacks):
             job_id, token, shard = validation.lease_ref(nack.lease, f"nacks[{i}].lease", shards)
@@ -255,17 +268,15 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             )
         now = wall_ms()
         for shard, group in _by_shard(items).items():
-            results = await self.app.working_set.retry(
-                shard, now, [g[3] for g in group], self.app.settings.retry
-            )
+            results = await self.working_set.retry(shard, now, [g[3] for g in group], self.settings.retry)
             for (job_id, token, _, _, error), t in zip(group, results, strict=True):
                 job_type = session.forget(job_id)
                 if t is None:
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
-                self.app.writer.record(shard, transition_update(t, now, error=error or "error"))
-                self.app.after_transition(t)
-                self.app.metrics_finished([(t, job_type)], "nack")
+                self.writer.record(shard, transition_update(t, now, error=error or "error"))
+                self.transitions.after(t)
+                self.transitions.finished([(t, job_type)], "nack")
                 session.log.info(
                     "job nacked",
                     job=job_id,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 import structlog
 
@@ -32,10 +32,10 @@ from shardq_common.wakeup import Wakeup, cancelling
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from ..queue.keys import ALIVE_KEY, ASSIGNMENT_KEY, DIRTY_KEY, MEMBERS_KEY
+from ..queue.ownership import Ownership
+from ..queue.reconcile_loop import ReconcileLoop
+from ..queue.working_set import WorkingSet
 from .failover import MasterWatch
-
-if TYPE_CHECKING:
-    from ..app import Dispatcher
 
 log = structlog.get_logger("shardq.coordinator")
 
@@ -55,17 +55,31 @@ class ClusterView:
 
 
 class Coordinator:
-    def __init__(self, app: Dispatcher, tick_s: float = 1.0) -> None:
-        self.app = app
-        self.tick_s = min(tick_s, app.settings.ownership_ttl_ms / 5000)
+    def __init__(
+        self,
+        member_id: str,
+        advertise: str,
+        redis: Any,
+        working_set: WorkingSet,
+        ownership: Ownership,
+        reconciles: ReconcileLoop,
+        shard_count: int,
+        ownership_ttl_ms: int,
+        tick_s: float = 1.0,
+    ) -> None:
+        self.me = member_id
+        self.advertise = advertise
+        self.redis = redis
+        self.working_set = working_set
+        self.ownership = ownership
+        self.reconciles = reconciles
+        self.shard_count = shard_count
+        self.ownership_ttl_ms = ownership_ttl_ms
+        self.tick_s = min(tick_s, ownership_ttl_ms / 5000)
         self.view = ClusterView()
         self._wake = Wakeup()
         self._stopping = False
-        self.master = MasterWatch(app.redis)
-
-    @property
-    def me(self) -> str:
-        return self.app.dispatcher_id
+        self.master = MasterWatch(redis)
 
     def wake(self) -> None:
         self._wake.set()
@@ -86,10 +100,10 @@ class Coordinator:
 
     async def leave(self) -> None:
         self._stopping = True
-        for shard in sorted(self.app.ownership.epochs):
-            await self.app.ownership.release(shard)
+        for shard in sorted(self.ownership.epochs):
+            await self.ownership.release(shard)
         try:
-            await self.app.redis.zrem(ALIVE_KEY, self.me)
+            await self.redis.zrem(ALIVE_KEY, self.me)
         except REDIS_ERRORS as exc:  # the membership lapses by itself
             note_redis_error("coordinator", exc)
 
@@ -98,7 +112,7 @@ class Coordinator:
             self._wake.clear()
             try:
                 await self._heartbeat()
-                await self.app.ownership.renew()
+                await self.ownership.renew()
                 await self.refresh()
                 await self.place()
                 await self._reconcile_dirty()
@@ -114,14 +128,14 @@ class Coordinator:
             await self._wake.wait(self.tick_s)
 
     async def _heartbeat(self) -> None:
-        async with self.app.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(MEMBERS_KEY, self.me, self.app.advertise)
-            pipe.zadd(ALIVE_KEY, {self.me: steady_ms() + self.app.settings.ownership_ttl_ms})
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(MEMBERS_KEY, self.me, self.advertise)
+            pipe.zadd(ALIVE_KEY, {self.me: steady_ms() + self.ownership_ttl_ms})
             await pipe.execute()
 
     async def refresh(self) -> ClusterView:
-        shard_count = self.app.settings.shard_count
-        async with self.app.redis.pipeline(transaction=False) as pipe:
+        shard_count = self.shard_count
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zrangebyscore(ALIVE_KEY, steady_ms(), "+inf")
             pipe.hgetall(MEMBERS_KEY)
             pipe.hgetall(ASSIGNMENT_KEY)
@@ -130,7 +144,7 @@ class Coordinator:
         self.view = ClusterView(
             members={_s(m): known_map.get(_s(m), "") for m in alive},
             known=known_map,
-            owners=await self.app.working_set.metas(list(range(shard_count))),
+            owners=await self.working_set.metas(list(range(shard_count))),
             assignment={int(k): _s(v) for k, v in assignment.items()},
         )
         return self.view
@@ -145,10 +159,10 @@ class Coordinator:
     async def place(self) -> None:
         if self._stopping:
             return
-        ownership = self.app.ownership
+        ownership = self.ownership
         now = steady_ms()
         to_release, to_acquire = [], []
-        for shard in range(self.app.settings.shard_count):
+        for shard in range(self.shard_count):
             desired = self.desired_owner(shard)
             if ownership.owns(shard):
                 if desired is not None and desired != self.me:
@@ -172,16 +186,16 @@ class Coordinator:
 
     async def _after_failover(self) -> None:
         if await self.master.changed():
-            owned = sorted(self.app.ownership.epochs)
+            owned = sorted(self.ownership.epochs)
             log.warning("reconciling the owned shards on the new Redis master", shards=owned)
-            self.app.reconcile_soon(owned)
+            self.reconciles.soon_owned(owned)
 
     async def _reconcile_dirty(self) -> None:
-        dirty = {int(x) for x in await self.app.redis.smembers(DIRTY_KEY)}
+        dirty = {int(x) for x in await self.redis.smembers(DIRTY_KEY)}
         for shard in sorted(dirty):
-            if self.app.ownership.owns(shard):
-                await self.app.redis.srem(DIRTY_KEY, shard)
-                await self.app.reconcile_now(shard)
+            if self.ownership.owns(shard):
+                await self.redis.srem(DIRTY_KEY, shard)
+                self.reconciles.soon(shard)
 
 
 def _s(value: bytes | str) -> str:

@@ -106,7 +106,7 @@ class Supervisor:
             redis_url = embedded.url
         try:
             if self.settings.metrics_listen:
-                from ..ops.metrics import serve_metrics
+                from .state_metrics import serve_metrics
 
                 serve_metrics(
                     self.settings.metrics_listen, redis_url, self.settings.shard_count, self.metrics_dir

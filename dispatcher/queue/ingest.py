@@ -27,7 +27,6 @@ from shardmap import shard_for
 from shardq_common.clock import wall_ms
 from shardq_common.errors import InvalidArgument, NotOwner, StoreUnavailable
 
-from ..api.validation import ValidJob
 from ..config import REQUEST_OVERHEAD_BYTES
 from ..ops import metrics
 from ..ops.redis_errors import REDIS_ERRORS
@@ -38,6 +37,7 @@ from .ids import new_job_ids
 from .ownership import Ownership
 from .records import JobRecord
 from .states import JobState, Priority
+from .validation import ValidJob
 from .working_set import NewJob, WorkingSet
 
 log = structlog.get_logger("shardq.ingest")

@@ -53,6 +53,16 @@ class Ownership:
         except KeyError:
             raise NotOwner(f"this dispatcher does not own shard {shard}") from None
 
+    async def current_epoch(self, shard: int) -> int:
+        """The shard's current epoch, ours or its owner's: for rare admin writes (requeue) from any member."""
+        epoch = self.epochs.get(shard)
+        if epoch is not None:
+            return epoch
+        metas = await self.working_set.metas([shard])
+        if shard not in metas:
+            raise NotOwner(f"shard {shard} has no owner right now; try again")
+        return metas[shard][1]
+
     def _lock(self, shard: int) -> asyncio.Lock:
         return self._locks.setdefault(shard, asyncio.Lock())
 

@@ -6,8 +6,8 @@ import asyncio
 import functools
 import secrets
 from collections import defaultdict
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import structlog
 
@@ -18,16 +18,15 @@ from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.precise_timer import precise_timer
 from shardq_common.wakeup import Wakeup
 
-from ..api.validation import priority_to_pb
+from ..config import Settings
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from .fairness import FairPicker
+from .ownership import Ownership
 from .states import Priority
-from .status_writer import LEASE_WRITE_DELAY_MS, lease_update
-from .working_set import Grant
-
-if TYPE_CHECKING:
-    from ..app import Dispatcher
+from .status_writer import LEASE_WRITE_DELAY_MS, StatusWriter, lease_update
+from .validation import priority_to_pb
+from .working_set import Grant, WorkingSet
 
 log = structlog.get_logger("shardq.sessions")
 IDLE_RECHECK_S = 2.0  # re-poll even without a wake-up, for jobs made ready by other paths
@@ -44,11 +43,33 @@ LEASE_BACKOFF_S = 0.2
 LEASE_BACKOFF_CAP_S = 2.0
 
 
+@dataclass(frozen=True)
+class SessionContext:
+    """What the worker sessions of one process lease with: one of these, shared by them all."""
+
+    settings: Settings
+    registry: SessionRegistry
+    ownership: Ownership
+    working_set: WorkingSet
+    writer: StatusWriter
+    #: (shard, earliest deadline of the leases just granted): the shard's reaper looks by then.
+    lease_deadline: Callable[[int, int], None]
+    #: Leases just granted, for the metrics.
+    on_leased: Callable[[Sequence[Grant]], None]
+    #: (session, grants): leases withdrawn before their messages went out go back to their queues.
+    return_unsent: Callable[[WorkerSession, list[Grant]], Awaitable[None]]
+
+
 class WorkerSession:
     def __init__(
-        self, app: Dispatcher, worker_id: str, job_types: list[str], concurrency: int, peer: str
+        self, context: SessionContext, worker_id: str, job_types: list[str], concurrency: int, peer: str
     ) -> None:
-        self.app = app
+        self.context = context
+        self.settings = context.settings
+        self.registry = context.registry
+        self.ownership = context.ownership
+        self.working_set = context.working_set
+        self.writer = context.writer
         self.worker_id = worker_id
         self.job_types = job_types
         self.concurrency = concurrency
@@ -70,10 +91,10 @@ class WorkerSession:
         self.draining = False
         self.closed = False
         self.error: DispatcherError | None = None  # why the dispatcher closed the stream
-        self.picker = FairPicker(app.settings.fairness)
+        self.picker = FairPicker(self.settings.fairness)
         self.types_by_shard: dict[int, list[str]] = defaultdict(list)
         for t in job_types:
-            self.types_by_shard[shard_for(t, app.settings.shard_count)].append(t)
+            self.types_by_shard[shard_for(t, self.settings.shard_count)].append(t)
         self._rotation = 0
         self._lease_backoff = LEASE_BACKOFF_S
         self.log = log.bind(worker=worker_id, peer=peer)
@@ -102,6 +123,11 @@ class WorkerSession:
         listening. Leases, cancels and redirects are bounded by credit and held leases."""
         await self._room.wait()
 
+    def redirect(self, reason: str) -> None:
+        """Tell the worker to reconnect (to wherever its shards are now) and end the stream."""
+        self.send(pb.DispatcherMessage(redirect=pb.Redirect(reason=reason)))
+        self.close()
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -119,21 +145,21 @@ class WorkerSession:
         unsent = self.unsent.pop(job_id, None) is not None
         job_type = self.types_of.pop(job_id, "")
         if self.held.pop(job_id, None) is not None:
-            self.app.sessions.holders.pop(job_id, None)
+            self.registry.holders.pop(job_id, None)
         if unsent:
             self.add_credit(1)  # the worker counts the slot as granted: give it back
         return job_type
 
     def hold(self, job_id: str, token: str, shard: int) -> None:
         self.held[job_id] = (token, shard)
-        self.app.sessions.holders[job_id] = self
+        self.registry.holders[job_id] = self
 
     async def pump(self) -> None:
         """Lease to this worker whenever it has credit and its shards have ready jobs."""
-        settings = self.app.settings
+        settings = self.settings
         while not self.closed:
             self.wake.clear()  # before looking, so a wake-up during the lease round is not lost
-            if self.credit <= 0 or self.draining or self.app.stopping:
+            if self.credit <= 0 or self.draining or self.registry.stopping:
                 await self.wake.wait()
                 continue
             granted = await self._lease_round(min(self.credit, settings.lease_batch))
@@ -141,7 +167,7 @@ class WorkerSession:
                 if not await self.wake.wait(IDLE_RECHECK_S):
                     # The safety net: look at every shard again, whatever the hints say.
                     for shard, types in self.types_by_shard.items():
-                        self.app.sessions.hints.forget(shard, types)
+                        self.registry.hints.forget(shard, types)
 
     async def _lease_round(self, n: int) -> int:
         """Lease up to n jobs across this worker's shards with the class picks of the fairness policy.
@@ -151,8 +177,8 @@ class WorkerSession:
         jobs in any shard, so a shard holding only low jobs cannot take a slot that high jobs elsewhere
         should get. Shards known to have nothing ready for these types are skipped (ReadyHints)."""
         picks = self.picker.picks(n)
-        hints = self.app.sessions.hints
-        shards = [s for s in self.types_by_shard if self.app.ownership.owns(s)]
+        hints = self.registry.hints
+        shards = [s for s in self.types_by_shard if self.ownership.owns(s)]
         if not shards:
             return 0
         self._rotation = (self._rotation + 1) % len(shards)
@@ -194,12 +220,12 @@ class WorkerSession:
     async def _lease_from(
         self, shard: int, picks: list[Priority], fallback: bool
     ) -> tuple[int, list[Priority]]:
-        epoch = self.app.ownership.epochs.get(shard)
+        epoch = self.ownership.epochs.get(shard)
         if epoch is None:
             return 0, picks  # moved away since the round began
         try:
             try:
-                grants, unfilled = await self.app.working_set.lease(
+                grants, unfilled = await self.working_set.lease(
                     shard,
                     epoch,
                     steady_ms(),
@@ -209,7 +235,7 @@ class WorkerSession:
                     holder=self.stream_id,
                 )
             except NotOwner:
-                await self.app.ownership.recover(shard, epoch)
+                await self.ownership.recover(shard, epoch)
                 return 0, picks
         except (*REDIS_ERRORS, StoreUnavailable) as exc:
             if isinstance(exc, StoreUnavailable):  # recovering the shard takes a new epoch from the DB
@@ -225,25 +251,25 @@ class WorkerSession:
         if self.closed:
             # The stream ended while we leased: the worker never saw these leases, so they go back as
             # if never granted (the attempt not counted) rather than lapsing after the reconnect grace.
-            await self.app.return_unsent(self, grants)
+            await self.context.return_unsent(self, grants)
             return 0, []
         self.credit -= len(grants)
-        self.app.lease_deadline(shard, min(g.deadline_ms for g in grants))
+        self.context.lease_deadline(shard, min(g.deadline_ms for g in grants))
         now = wall_ms()
         for g in grants:
             self.hold(g.id, g.token, g.shard)
             self.types_of[g.id] = g.type
-            self.app.writer.record(shard, lease_update(g, now), defer_ms=LEASE_WRITE_DELAY_MS)
+            self.writer.record(shard, lease_update(g, now), defer_ms=LEASE_WRITE_DELAY_MS)
         self._send_leases(grants)
         for g in grants:
             self.log.debug("job leased", job=g.id, type=g.type, shard=g.shard, attempt=g.attempt)
-        self.app.metrics_leased(grants)
+        self.context.on_leased(grants)
         return len(grants), unfilled
 
     def _send_leases(self, grants: list[Grant]) -> None:
         """Send the leases of due jobs now, and each of the others at its job's run_at."""
         now = wall_ms_exact()
-        hold_ms = self.app.settings.lease_ahead_ms + 1
+        hold_ms = self.settings.lease_ahead_ms + 1
         due: list[Grant] = []
         ahead: dict[int, list[tuple[str, str]]] = defaultdict(list)
         for g in grants:
@@ -275,7 +301,7 @@ class WorkerSession:
 
     def withdraw(self, job_id: str) -> Grant | None:
         """Take back a lease whose message has not been sent (its job is not due yet), if it is one:
-        forgotten here, its slot free again. The caller settles its job (``app.return_unsent``)."""
+        forgotten here, its slot free again. The caller settles its job (``LeaseReturns.return_unsent``)."""
         grant = self.unsent.get(job_id)
         if grant is not None:
             self.forget(job_id)
@@ -346,7 +372,12 @@ class ReadyHints:
 
 
 class SessionRegistry:
+    """The worker streams of this process, by shard and by the leases they hold."""
+
     def __init__(self) -> None:
+        #: Set once the process is shutting down: no new streams, no more leasing, and the leases of
+        #: a stream that ends stay valid (the worker reclaims them from the shards' next owners).
+        self.stopping = False
         self.hints = ReadyHints()
         self.sessions: set[WorkerSession] = set()
         self.by_shard: dict[int, set[WorkerSession]] = defaultdict(set)
@@ -369,6 +400,24 @@ class SessionRegistry:
                 del self.holders[job_id]
         if not self.sessions:
             self._none_left.set()
+
+    def forget_lease(self, job_id: str) -> None:
+        """The job's lease ended here (it expired): its holder, if any, forgets it."""
+        holder = self.holders.get(job_id)
+        if holder is not None:
+            holder.forget(job_id)
+
+    def shut_down(self) -> None:
+        """Stop leasing and tell every worker to reconnect later (their leases stay valid: tokens live
+        in Redis)."""
+        self.stopping = True
+        for session in self.all():
+            session.redirect("dispatcher shutting down")
+
+    def shard_moved(self, shard: int) -> None:
+        """Send the shard's workers where the shard went (their leases stay valid)."""
+        for session in list(self.by_shard.get(shard, ())):
+            session.redirect(f"shard {shard} moved")
 
     async def all_closed(self, timeout: float) -> bool:
         """Until every stream has ended (False after the timeout)."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -26,21 +25,22 @@ from shardq_common.errors import StoreUnavailable
 from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.wakeup import Wakeup, cancelling
 
+from ..config import Settings
 from ..ops import metrics
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from ..queue import failpoints
+from ..queue.cancel import Canceller
 from ..queue.ids import occurrence_job_id
+from ..queue.ingest import Ingestor
+from ..queue.ownership import Ownership
 from ..queue.records import JobRecord
 from ..queue.states import JobState, Priority
 from ..queue.working_set import NewJob
-from ..store import Advance, JobRow, ScheduleRow
+from ..store import Advance, JobRow, ScheduleRow, Store
 from .catch_up import CatchUp, plan_tick
 from .cron import Cron
 from .spec import log_change, schedule_spec
-
-if TYPE_CHECKING:
-    from ..app import Dispatcher
 
 log = structlog.get_logger("shardq.scheduler")
 TICK_LIMIT = 500  # occurrences one schedule deals with per tick; a long downtime takes several
@@ -48,9 +48,14 @@ DUE_BATCH = 200  # schedules one tick reads
 
 
 class Scheduler:
-    def __init__(self, app: Dispatcher) -> None:
-        self.app = app
-        self.settings = app.settings
+    def __init__(
+        self, settings: Settings, store: Store, ownership: Ownership, ingest: Ingestor, canceller: Canceller
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.ownership = ownership
+        self.ingest = ingest
+        self.canceller = canceller
         self.wake = Wakeup()
         self._crons: dict[tuple[str, str], Cron] = {}
 
@@ -77,16 +82,16 @@ class Scheduler:
 
     async def tick(self) -> bool:
         """One pass over the owned shards' schedules. True when some schedule is still behind."""
-        shards = sorted(self.app.ownership.epochs)
+        shards = sorted(self.ownership.epochs)
         if not shards:
             return False
-        for schedule in await self.app.store.schedules_to_clean(shards):
+        for schedule in await self.store.schedules_to_clean(shards):
             await self._clean_up(schedule)
         now = wall_ms()
-        due = await self.app.store.due_schedules(shards, now + self.settings.schedule_lookahead_ms, DUE_BATCH)
+        due = await self.store.due_schedules(shards, now + self.settings.schedule_lookahead_ms, DUE_BATCH)
         behind = len(due) >= DUE_BATCH
         for schedule in due:
-            if schedule.shard in self.app.ownership.epochs:
+            if schedule.shard in self.ownership.epochs:
                 behind |= await self._materialize(schedule, now)
         return behind
 
@@ -96,7 +101,7 @@ class Scheduler:
         wanted, enabled = schedule_spec(spec, self.settings, field)
         if enabled is not False:  # a new schedule's first occurrence, which the owner looks for
             wanted = replace(wanted, next_occurrence_ms=self.cron_of(wanted).first_after(wall_ms()))
-        row, created, changed = await self.app.store.upsert_schedule(wanted, enabled)
+        row, created, changed = await self.store.upsert_schedule(wanted, enabled)
         if created or changed:
             self.wake.set()
             log_change(row, "created" if created else "changed")
@@ -132,7 +137,7 @@ class Scheduler:
             skipped=len(plan.skipped),
         )
         failpoints.hit("schedule.before-commit")
-        created = await self.app.store.materialize(advance, rows, schedule.version)
+        created = await self.store.materialize(advance, rows, schedule.version)
         if created is None:
             log.info("schedule changed or advanced elsewhere; skipping this tick", schedule=schedule.name)
             return False
@@ -154,7 +159,7 @@ class Scheduler:
         failpoints.hit("schedule.after-commit")
         fresh = set(created)
         jobs = [_new_job(r) for r in rows if r.id in fresh]
-        await self.app.ingest.push(schedule.shard, jobs)
+        await self.ingest.push(schedule.shard, jobs)
         failpoints.hit("schedule.after-push")
         for job in jobs:
             log.debug(
@@ -166,17 +171,17 @@ class Scheduler:
         """Cancel the older versions' occurrences due after the change. One that is already running
         cannot be taken back: the new version starts after it, so that occurrence is not run twice."""
         floor = schedule.changed_at
-        for job in await self.app.store.stale_occurrences(schedule):
+        for job in await self.store.stale_occurrences(schedule):
             running = job.status == "leased"  # only with clocks apart: let it finish
-            if (
-                running
-                or await self.app.cancel(job.id, job.shard, job.type, job.priority, job.status) != "cancelled"
+            if running or (
+                await self.canceller.cancel(job.id, job.shard, job.type, job.priority, job.status)
+                != "cancelled"
             ):
                 floor = max(floor, job.run_at)
         enabled = schedule.enabled and not schedule.deleted
         cursor = max(schedule.cursor_ms, floor)
         next_ms = self.cron_of(schedule).first_after(cursor) if enabled else None
-        await self.app.store.finish_cleanup(schedule, floor, next_ms)
+        await self.store.finish_cleanup(schedule, floor, next_ms)
         log.info(
             "schedule change applied",
             schedule=schedule.name,

@@ -8,8 +8,8 @@ from shardmap import shard_for
 from shardq_common.errors import InvalidArgument
 from shardq_common.pb import shardq_pb2 as pb
 
-from ..api import validation
 from ..config import Settings
+from ..queue import validation
 from ..store import ScheduleRow
 from .catch_up import CatchUp
 from .cron import Cron, CronError

@@ -33,6 +33,7 @@ import yaml  # type: ignore[import-untyped]
 from kubernetes_validate.utils import latest_version, major_minor  # type: ignore[import-untyped]
 from prometheus_client.metrics import MetricWrapperBase
 
+from dispatcher.cluster.state_metrics import QueueCollector
 from dispatcher.config import Settings
 from dispatcher.ops import metrics
 from dispatcher.schedules import file as schedules_file
@@ -297,9 +298,10 @@ PROMETHEUS_OWN = {"up"}
 
 
 def code_metric_names() -> dict[str, set[str]]:
-    """Every metric family dispatcher/ops/metrics.py exports -> the series names it appears as."""
+    """Every metric family dispatcher/ops/metrics.py and cluster/state_metrics.py export -> the series
+    names it appears as."""
     families = [m for v in vars(metrics).values() if isinstance(v, MetricWrapperBase) for m in v.describe()]
-    families += metrics.QueueCollector("redis://unused", 1, 1).describe()
+    families += QueueCollector("redis://unused", 1, 1).describe()
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"], "gauge": [""]}
     return {f.name: {f.name + suffix for suffix in suffixes[f.type]} for f in families}
 

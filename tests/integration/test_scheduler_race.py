@@ -40,7 +40,9 @@ async def test_racing_scheduler_loops_create_each_occurrence_once(redis_url: str
                     name=f"race-{i}", cron="* * * * * *", type=f"noop.race{i}", catch_up=pb.CATCH_UP_ALL
                 )
             )
-        loops = [Scheduler(app) for _ in range(4)]
+        loops = [
+            Scheduler(app.settings, app.store, app.ownership, app.ingest, app.canceller) for _ in range(4)
+        ]
         for _ in range(ROUNDS):
             await asyncio.gather(*(loop.tick() for loop in loops))
             await asyncio.sleep(0.3)

@@ -67,7 +67,9 @@ async def test_cancel_of_a_job_that_succeeded_and_left_redis_answers_succeeded(
         await wait_for(
             lambda: _forgotten(running, "done", job_id), timeout=15, message="Redis never forgot the job"
         )
-        assert await app.cancel(job_id, row.shard, row.type, row.priority, row.status) == "succeeded"
+        assert (
+            await app.canceller.cancel(job_id, row.shard, row.type, row.priority, row.status) == "succeeded"
+        )
         after = await app.store.get_job(job_id)
         assert after is not None and after.status == "succeeded"
         assert (await client.get_job(job_id)).status == "succeeded"

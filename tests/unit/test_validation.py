@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.api.validation import job_spec
 from dispatcher.config import Settings
 from dispatcher.queue.states import Priority
+from dispatcher.queue.validation import job_spec
 from shardq_common.errors import InvalidArgument
 from shardq_common.pb import shardq_pb2 as pb
 

@@ -1,4 +1,5 @@
-"""Check every request field before anything is written; errors name the field."""
+"""Check every field of a job, a lease reference or a worker message before anything is written;
+errors name the field. Whatever brings a job in (an RPC, a hand-off, a schedule) checks it here."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from shardq_common.errors import InvalidArgument
 from shardq_common.pb import shardq_pb2 as pb
 
 from ..config import Settings
-from ..queue.states import PRIORITIES, DeadReason, Priority
+from .states import PRIORITIES, DeadReason, Priority
 
 TYPE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}")
 MAX_KEY_LENGTH = 200
