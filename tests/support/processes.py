@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import psutil
 
 from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.pb import shardq_pb2_grpc as pb_grpc
@@ -100,9 +102,21 @@ class DispatcherProcess:
         self.process.send_signal(sig)
 
     def kill(self) -> None:
+        """SIGKILL it and every process it started (a supervisor's dispatchers). A supervisor's
+        children would otherwise outlive it for a moment, and the tests share one Redis: an orphan
+        still stopping when the next test starts releases that test's shards (a fresh database
+        issues the same epochs again)."""
         if self.process and self.process.poll() is None:
+            try:
+                children = psutil.Process(self.process.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                children = []
             self.process.kill()
             self.process.wait(10)
+            for child in children:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
+            psutil.wait_procs(children, timeout=10)
 
     def stop(self, timeout: float = 20.0) -> int:
         if self.process and self.process.poll() is None:
