@@ -43,10 +43,29 @@ class SqliteStore(Store):
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
         self._conn = await aiosqlite.connect(self.path, isolation_level=None, timeout=10)
-        await self._conn.execute("PRAGMA journal_mode=WAL")
-        # FULL: a commit is on disk before enqueue returns OK.
-        await self._conn.execute("PRAGMA synchronous=FULL")
-        await self._conn.execute("PRAGMA busy_timeout=10000")
+        try:
+            await self._enable_wal()
+            # FULL: a commit is on disk before enqueue returns OK.
+            await self._conn.execute("PRAGMA synchronous=FULL")
+            await self._conn.execute("PRAGMA busy_timeout=10000")
+        except sqlite3.Error as exc:
+            # Closed, or its thread would keep the process from exiting.
+            await self._conn.close()
+            self._conn = None
+            raise StoreUnavailable(f"cannot open {self.url_for_logs}: {exc}") from exc
+
+    async def _enable_wal(self, attempts: int = 50) -> None:
+        """Switching a new file to WAL needs a lock SQLite does not wait for: the processes of one
+        supervisor opening a new file together see "database is locked" and try again."""
+        assert self._conn is not None
+        for attempt in range(attempts):
+            try:
+                await self._conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == attempts - 1:
+                    raise
+                await asyncio.sleep(0.1)
 
     @asynccontextmanager
     async def transaction(self, *, durable: bool = True) -> AsyncIterator[Tx]:
