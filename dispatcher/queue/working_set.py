@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,15 @@ _OUTCOMES = {
 # Most leases one extend, ack or retry script call handles: a worker's message may name thousands,
 # and a script holds Redis (every shard's callers) until it returns.
 SCRIPT_BATCH = 1000
+
+
+def _ref_batches(head: list[Any], refs: Sequence[tuple[str, str]]) -> Iterator[list[Any]]:
+    """A script's arguments for (id, token) pairs: ``head``, then at most SCRIPT_BATCH pairs, per call."""
+    for start in range(0, len(refs), SCRIPT_BATCH):
+        args = list(head)
+        for ref in refs[start : start + SCRIPT_BATCH]:
+            args += ref
+        yield args
 
 
 def _s(value: Any) -> str:
@@ -276,10 +285,7 @@ class WorkingSet:
         A ``holder`` (a reclaim) makes that worker stream the holder of the leases extended."""
         k = ShardKeys(shard)
         out: list[int] = []
-        for start in range(0, len(refs), SCRIPT_BATCH):
-            args: list[Any] = [now, holder]
-            for ref in refs[start : start + SCRIPT_BATCH]:
-                args += ref
+        for args in _ref_batches([now, holder], refs):
             out += [int(x) for x in await self.scripts.extend_lease(keys=[k.jobs, k.leased], args=args)]
         return out
 
@@ -287,10 +293,7 @@ class WorkingSet:
         """The worker stream ``holder`` ended: these leases, of those it still holds, end at ``until``."""
         k = ShardKeys(shard)
         shortened = 0
-        for start in range(0, len(refs), SCRIPT_BATCH):
-            args: list[Any] = [until, holder]
-            for ref in refs[start : start + SCRIPT_BATCH]:
-                args += ref
+        for args in _ref_batches([until, holder], refs):
             shortened += int(await self.scripts.shorten_lease(keys=[k.jobs, k.leased], args=args))
         return shortened
 
