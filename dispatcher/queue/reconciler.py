@@ -24,9 +24,8 @@ from shardq_common.clock import wall_ms
 
 from ..ops import metrics
 from ..store import JobRow, Store
-from ..store.base import ACTIVE_STATES
 from .records import JobRecord
-from .states import JobState, Priority
+from .states import ACTIVE, JobState, Priority
 from .status_writer import StatusWriter, transition_update
 from .working_set import NewJob, Transition, WorkingSet
 
@@ -107,7 +106,7 @@ class Reconciler:
         if not missing:
             return 0
         now = wall_ms()
-        rows = [r for r in await self.store.get_jobs(missing) if r.status in ACTIVE_STATES]
+        rows = [r for r in await self.store.get_jobs(missing) if r.status in ACTIVE]
         if not rows:
             return 0
         jobs = [NewJob(r.id, record_from_row(r, now), r.payload) for r in rows]
