@@ -1,5 +1,5 @@
-"""Memory: Redis used_memory per pending small job (after - before a fill, over the jobs), and for
-shardq the dispatcher processes' resident memory with those jobs pending."""
+"""Memory: Redis used_memory, less client buffers, per pending small job (after - before a fill,
+over the jobs), and for shardq the dispatcher processes' resident memory with those jobs pending."""
 
 from __future__ import annotations
 
