@@ -3,4 +3,5 @@
 from __future__ import annotations
 
 __version__ = "0.1.0"
-PROTOCOL_VERSION = 1
+# 2: a worker message may carry credit with its results (WorkerMessage.then_credit).
+PROTOCOL_VERSION = 2

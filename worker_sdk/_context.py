@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+_EVENT_MADE = threading.Lock()  # one event per context when several threads wait at once
+
 
 @dataclass(slots=True)
 class JobContext:
@@ -45,8 +47,10 @@ class JobContext:
     #: The lease token: part of the fencing the dispatcher checks on ack.
     token: str
     shard: int
-    # Set from the event loop, read and waited on from the handler's thread.
-    _cancel_event: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    # Set from the event loop, read from the handler's thread. The event a sync handler waits on
+    # is made only when one waits: most jobs never need it, and it costs a lock and a condition.
+    _cancelled: bool = field(default=False, repr=False, compare=False)
+    _cancel_event: threading.Event | None = field(default=None, repr=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -70,17 +74,27 @@ class JobContext:
     def cancelled(self) -> bool:
         """True once the worker asked the job to stop (cancelled, lease lost, past ``job_timeout``,
         shut down): a sync handler should stop early."""
-        return self._cancel_event.is_set()
+        return self._cancelled
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
         """Block until :attr:`cancelled` is set or ``timeout`` seconds pass; return :attr:`cancelled`.
 
         For sync handlers: ``ctx.wait_cancelled(5)`` in place of ``time.sleep(5)`` pauses and stops
         at once when the job should. Do not call it from an async handler (it blocks the loop)."""
+        with _EVENT_MADE:
+            if self._cancel_event is None:
+                self._cancel_event = threading.Event()
+        # _cancel sets the flag before it looks for the event, and the event is in place before the
+        # flag is read here: either this sees the flag, or _cancel sees the event and sets it.
+        if self._cancelled:
+            return True
         return self._cancel_event.wait(timeout)
 
     def _cancel(self) -> None:
-        self._cancel_event.set()
+        self._cancelled = True
+        event = self._cancel_event
+        if event is not None:
+            event.set()
 
 
 def ms_to_datetime(ms: int) -> datetime:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import json
@@ -77,6 +78,7 @@ class _Link:
     address: str
     share: int
     granted: int = 0  # credit granted on the current stream, not yet used by leases
+    protocol: int = 1  # the worker protocol of the dispatcher on the current stream (its Welcome)
     acks: list[pb.Ack] = field(default_factory=list)  # results to write on this link
     nacks: list[pb.Nack] = field(default_factory=list)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -174,6 +176,7 @@ class Worker:
         self.handle_signals = handle_signals
         self.map_refresh = map_refresh
         self._running: dict[str, _Running] = {}
+        self._running_on: collections.Counter[str] = collections.Counter()  # executions per link address
         self._links: dict[str, _Link] = {}
         self._owner_of: dict[int, str] = {}  # shard -> owner address, from the last shard map
         self._unowned = False  # the last map had shards of our types without a live owner
@@ -450,7 +453,7 @@ class Worker:
                 )
             )
         )
-        link.granted = 0
+        link.granted, link.protocol = 0, 1
         link.finish = finish = asyncio.Event()
         writers = [
             asyncio.create_task(self._sender(link, call, finish), name="shardq-sender"),
@@ -470,6 +473,7 @@ class Worker:
                 kind = message.WhichOneof("msg")
                 if kind == "welcome":
                     self._heartbeat_ms = message.welcome.heartbeat_interval_ms or self._heartbeat_ms
+                    link.protocol = message.welcome.protocol
                     link.connected.set()
                     self._connected.set()
                     link.wake.set()
@@ -526,43 +530,56 @@ class Worker:
                 continue
             acks, nacks = link.acks, link.nacks
             link.acks, link.nacks = [], []
+            results = [pb.WorkerMessage(acks=pb.Acks(acks=part)) for part in _parts(acks)]
+            results += [pb.WorkerMessage(nacks=pb.Nacks(nacks=part)) for part in _parts(nacks)]
             try:
-                for ack_part in _parts(acks):
-                    await call.write(pb.WorkerMessage(acks=pb.Acks(acks=ack_part)))
-                for nack_part in _parts(nacks):
-                    await call.write(pb.WorkerMessage(nacks=pb.Nacks(nacks=nack_part)))
                 if self._draining:
+                    for message in results:
+                        await call.write(message)
                     if not drained_sent:
                         await call.write(pb.WorkerMessage(drain=pb.Drain()))
                         drained_sent = True
                     continue
-                # Results not yet written still hold their slot at the dispatcher.
-                running = sum(1 for r in self._running.values() if r.link == link.address)
-                deficit = link.share - running - link.unsent - link.granted
-                # While handlers are stuck past their timeout, a lease is taken only for a free
-                # thread: a job leased and then left queued behind them would wait unrun. Without
-                # stuck handlers the shares bound the credit; a share that just shrank (a new
-                # dispatcher to split with) may leave a link's credit above it for a moment, and
-                # capping then would starve the new link until the old one's credit is used.
-                capped = False
-                if self.stuck_threads:
-                    free = self._free_threads()
-                    capped = free < deficit
-                    if capped:
-                        deficit = free
-                        self._capped = True
-                # Refill in batches (a quarter of the share) so leases come in batches too; at once
-                # when nothing is left to run, so the link never idles waiting for a refill, and
-                # when every free thread is asked for, as no bigger batch can come.
-                idle = running == 0 and link.granted == 0
-                if deficit > 0 and (idle or capped or deficit >= max(1, link.share // 4)):
-                    link.granted += deficit
-                    await call.write(pb.WorkerMessage(credit=pb.Credit(slots=deficit)))
+                credit = self._credit_to_grant(link)
+                link.granted += credit
+                if credit and results and link.protocol >= 2:
+                    # The dispatcher frees the results' slots first, then grants the credit.
+                    results[-1].then_credit = credit
+                elif credit:
+                    results.append(pb.WorkerMessage(credit=pb.Credit(slots=credit)))
+                for message in results:
+                    await call.write(message)
             except BaseException:
                 # Not written: keep them for the next stream (they are reclaimed in its hello).
                 link.acks[:0] = acks
                 link.nacks[:0] = nacks
                 raise
+
+    def _credit_to_grant(self, link: _Link) -> int:
+        """The slots to grant a link now: none, or a batch worth a lease round."""
+        # Results not yet written still hold their slot at the dispatcher (those being written now
+        # free theirs before the credit that follows them is applied).
+        running = self._running_on[link.address]
+        deficit = link.share - running - link.unsent - link.granted
+        # While handlers are stuck past their timeout, a lease is taken only for a free
+        # thread: a job leased and then left queued behind them would wait unrun. Without
+        # stuck handlers the shares bound the credit; a share that just shrank (a new
+        # dispatcher to split with) may leave a link's credit above it for a moment, and
+        # capping then would starve the new link until the old one's credit is used.
+        capped = False
+        if self.stuck_threads:
+            free = self._free_threads()
+            capped = free < deficit
+            if capped:
+                deficit = free
+                self._capped = True
+        # Refill in batches (a quarter of the share) so leases come in batches too; at once
+        # when nothing is left to run, so the link never idles waiting for a refill, and
+        # when every free thread is asked for, as no bigger batch can come.
+        idle = running == 0 and link.granted == 0
+        if deficit > 0 and (idle or capped or deficit >= max(1, link.share // 4)):
+            return deficit
+        return 0
 
     def _free_threads(self) -> int:
         """Handler threads that are neither running a job, promised to credit not yet used, nor stuck."""
@@ -609,6 +626,7 @@ class Worker:
         )
         running = _Running(ref=lease.ref, ctx=ctx, ttl_ms=lease.lease_ttl_ms, link=link)
         self._running[ctx.job_id] = running
+        self._running_on[link] += 1
         running.task = asyncio.create_task(self._execute(running))
 
     def _cancel(self, ref: pb.LeaseRef) -> None:
@@ -671,6 +689,7 @@ class Worker:
             outcome = pb.Nack(lease=running.ref, error=_describe(exc), retryable=True)
         finally:
             self._running.pop(ctx.job_id, None)
+            self._running_on[running.link] -= 1
         origin = self._links.get(running.link)
         if running.lost:
             if origin is not None:
@@ -728,17 +747,22 @@ class Worker:
             raise
 
     async def _invoke_in_thread(self, handler: Handler, ctx: JobContext) -> Any:
-        loop = asyncio.get_running_loop()
-        began: asyncio.Future[None] = loop.create_future()
-
-        def run() -> Any:
-            loop.call_soon_threadsafe(_resolve, began)
-            return handler(ctx)
-
-        call = self._pool.submit(run)
-        try:
+        began: asyncio.Future[None] | None = None
+        if self.job_timeout is None:
+            call = self._pool.submit(handler, ctx)
+        else:
             # The budget is the handler's own running time, not its wait for a thread.
-            await began
+            loop = asyncio.get_running_loop()
+            began = loop.create_future()
+
+            def run() -> Any:
+                loop.call_soon_threadsafe(_resolve, began)
+                return handler(ctx)
+
+            call = self._pool.submit(run)
+        try:
+            if began is not None:
+                await began
             return await self._within_budget(asyncio.wrap_future(call))
         except (_TimedOut, asyncio.CancelledError) as exc:
             ctx._cancel()

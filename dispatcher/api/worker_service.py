@@ -176,6 +176,8 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     raise InvalidArgument("hello: sent twice on one stream")
                 else:
                     raise InvalidArgument("empty or unknown worker message")
+                if message.then_credit:  # after the results above freed their slots
+                    session.add_credit(message.then_credit)
         except DispatcherError as exc:
             session.log.warning("closing worker stream", error=str(exc))
             session.error = exc

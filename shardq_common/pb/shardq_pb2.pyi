@@ -352,20 +352,22 @@ class Drain(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "credit", "heartbeat", "acks", "nacks", "drain")
+    __slots__ = ("hello", "credit", "heartbeat", "acks", "nacks", "drain", "then_credit")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     NACKS_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
+    THEN_CREDIT_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     credit: Credit
     heartbeat: Heartbeat
     acks: Acks
     nacks: Nacks
     drain: Drain
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., acks: _Optional[_Union[Acks, _Mapping]] = ..., nacks: _Optional[_Union[Nacks, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ...) -> None: ...
+    then_credit: int
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., acks: _Optional[_Union[Acks, _Mapping]] = ..., nacks: _Optional[_Union[Nacks, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., then_credit: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("ref", "type", "payload", "priority", "attempt", "max_attempts", "deadline_ms", "lease_ttl_ms", "idempotency_key", "run_at_ms", "enqueued_at_ms")

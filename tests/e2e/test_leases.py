@@ -72,3 +72,31 @@ async def test_heartbeats_keep_a_lease_and_reconnect_reclaims_it(dispatcher):
 
 async def _status(client: AsyncClient, job_id: str, status: str) -> bool:
     return (await client.get_job(job_id)).status == status
+
+
+async def test_results_carry_the_credit_they_free(dispatcher):
+    """Protocol 2: a worker grants new credit in the message that acks, and the dispatcher frees the
+    acked slots before it counts the credit (the other way round, a full worker's credit is clipped
+    to nothing and it idles with jobs ready)."""
+    client = AsyncClient(dispatcher.target)
+    worker = RawWorker(dispatcher.target)
+    try:
+        await client.enqueue_many([{"type": "piggy", "payload": {"n": n}} for n in range(4)])
+        welcome = await worker.hello("piggy", ["piggy"], concurrency=2)
+        assert welcome.protocol >= 2
+        await worker.credit(2)
+        first = await _leases(worker, 2)
+        acks = pb.Acks(acks=[pb.Ack(lease=lease.ref) for lease in first])
+        await worker.send(acks=acks, then_credit=2)
+        second = await _leases(worker, 2)
+        assert {lease.ref.job_id for lease in first}.isdisjoint(lease.ref.job_id for lease in second)
+    finally:
+        await worker.close()
+        await client.close()
+
+
+async def _leases(worker: RawWorker, count: int) -> list[pb.Lease]:
+    leases: list[pb.Lease] = []
+    while len(leases) < count:
+        leases.extend((await worker.next_of("leases")).leases)
+    return leases
