@@ -107,7 +107,16 @@ class Worker:
             :class:`SkipRetry` to dead-letter at once, any other exception to retry with backoff.
         target: dispatcher address; default ``SHARDQ_TARGET`` or 127.0.0.1:7070.
         concurrency: most jobs running at once (and leases held); plain handlers share a pool of this
-            many threads.
+            many threads. Size what handlers share to it: a client or database pool smaller than
+            the jobs that use it at once fails them (redis-py's asyncio pool raises "Too many
+            connections" past its 100), or cap those handlers with ``max_in_flight``.
+        max_in_flight: ``{job_type: n}``: most jobs of that type running at once in this worker, for
+            a handler bound by something smaller than ``concurrency`` (a pool of n connections). Its
+            jobs beyond n wait in the worker for a slot, leases kept alive, their ``job_timeout``
+            not yet counting. When every type has a cap, the worker holds no more leases than the
+            caps add up to, so none waits; a capped type beside uncapped ones may have up to
+            ``concurrency`` leased and waiting, so give such a type a worker of its own when its
+            jobs must not wait.
         job_timeout: seconds a handler may run, counted from its start, before the job is nacked as
             timed out (retried while attempts are left) and :attr:`JobContext.cancelled` is set
             (None: no limit). An async handler is cancelled then. A plain handler cannot be stopped
@@ -137,6 +146,7 @@ class Worker:
         *,
         target: str | None = None,
         concurrency: int = 16,
+        max_in_flight: Mapping[str, int] | None = None,
         job_timeout: float | None = None,
         shutdown_grace: float = 30.0,
         worker_id: str | None = None,
@@ -168,6 +178,15 @@ class Worker:
         self._metadata = self.security.metadata
         #: Why a dispatcher refused this worker, when it did (serve_forever raises it).
         self.refused: ShardqError | None = None
+        caps = dict(max_in_flight or {})
+        for job_type, cap in caps.items():
+            if job_type not in self.handlers:
+                raise ValueError(f"max_in_flight names {job_type!r}, which has no handler")
+            if cap < 1:
+                raise ValueError(f"max_in_flight[{job_type!r}] must be at least 1")
+        if caps.keys() == self.handlers.keys():
+            concurrency = min(concurrency, sum(caps.values()))
+        self._slots = {job_type: asyncio.Semaphore(cap) for job_type, cap in caps.items()}
         self.concurrency = concurrency
         self.job_timeout = job_timeout
         self.shutdown_grace = shutdown_grace
@@ -663,7 +682,12 @@ class Worker:
             elif ctx.cancelled:  # stopped before it began: its Lease and Cancel came in one turn
                 raise asyncio.CancelledError
             else:
-                result = await self._invoke(handler, ctx)
+                slots = self._slots.get(ctx.type)
+                if slots is None:
+                    result = await self._invoke(handler, ctx)
+                else:
+                    async with slots:
+                        result = await self._invoke(handler, ctx)
                 outcome = pb.Ack(lease=running.ref, result=_encode_result(result))
         except Retry as exc:
             outcome = pb.Nack(lease=running.ref, error=str(exc), retryable=True)
@@ -848,6 +872,7 @@ def serve(
     *,
     target: str | None = None,
     concurrency: int = 16,
+    max_in_flight: Mapping[str, int] | None = None,
     job_timeout: float | None = None,
     shutdown_grace: float = 30.0,
     worker_id: str | None = None,
@@ -876,10 +901,11 @@ def serve(
     until it returns, and the worker runs one job fewer meanwhile (``worker.stuck_threads``).
     """
     worker = Worker(
-        handlers, target=target, concurrency=concurrency, job_timeout=job_timeout,
-        shutdown_grace=shutdown_grace, worker_id=worker_id, max_reconnect_delay=max_reconnect_delay,
-        handle_signals=handle_signals, map_refresh=map_refresh, token=token, tls=tls, tls_ca=tls_ca,
-        tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name,
+        handlers, target=target, concurrency=concurrency, max_in_flight=max_in_flight,
+        job_timeout=job_timeout, shutdown_grace=shutdown_grace, worker_id=worker_id,
+        max_reconnect_delay=max_reconnect_delay, handle_signals=handle_signals, map_refresh=map_refresh,
+        token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+        tls_server_name=tls_server_name,
     )  # fmt: skip
     try:
         asyncio.get_running_loop()

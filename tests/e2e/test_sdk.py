@@ -338,3 +338,51 @@ async def test_both_clients_give_the_same_typed_results(dispatcher):
             occurrences, zone = await aio.next_occurrences("typed", 3)
             assert (occurrences, zone) == blocking.next_occurrences("typed", 3)
             assert len(occurrences) == 3 and zone == "UTC"
+
+
+async def test_max_in_flight_keeps_a_handler_within_its_connection_pool(dispatcher, redis_url):
+    """A worker of concurrency 200 whose handler uses redis-py's asyncio client with a pool of 10
+    connections: capped at 10 in flight, no job fails on "Too many connections" and every job runs
+    at its first attempt (uncapped, most of them fail on it: the issue users hit)."""
+    import redis.asyncio as aioredis
+
+    pool_size, jobs = 10, 300
+    cache = aioredis.Redis.from_url(redis_url, max_connections=pool_size)
+    most_at_once = in_flight = 0
+
+    async def pooled(ctx: JobContext) -> None:
+        nonlocal most_at_once, in_flight
+        in_flight += 1
+        most_at_once = max(most_at_once, in_flight)
+        try:
+            await cache.blpop([f"nothing:{ctx.job_id}"], timeout=0.01)  # holds its connection ~10 ms
+        finally:
+            in_flight -= 1
+
+    client = AsyncClient(dispatcher.target)
+    try:
+        worker = serve(
+            {"pooled": pooled},
+            target=dispatcher.target,
+            concurrency=200,
+            max_in_flight={"pooled": pool_size},
+            handle_signals=False,
+        )
+        async with worker:
+            ids = await client.enqueue_many([{"type": "pooled", "max_attempts": 1} for _ in range(jobs)])
+            await wait_for(lambda: _all_finished(client, ids), timeout=60)
+            failed = [
+                j for j in await asyncio.gather(*(client.get_job(i) for i in ids)) if j.status != "succeeded"
+            ]
+            assert not failed, [(j.status, j.last_error.strip().splitlines()[-1:]) for j in failed[:3]]
+            assert most_at_once == pool_size
+            # Every type capped: the worker leases no more than it can run.
+            assert worker.concurrency == pool_size
+    finally:
+        await client.close()
+        await cache.aclose()
+
+
+async def _all_finished(client: AsyncClient, ids: list[str]) -> bool:
+    jobs = await asyncio.gather(*(client.get_job(i) for i in ids))
+    return all(j.status in ("succeeded", "dead") for j in jobs)
