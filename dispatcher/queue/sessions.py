@@ -81,8 +81,10 @@ class WorkerSession:
         self.credit = 0
         self.held: dict[str, tuple[str, int]] = {}  # job id -> (token, shard)
         self.types_of: dict[str, str] = {}  # job id -> type, for the leases this stream handed out
-        # Leases granted ahead of their job's run_at (the promoter's lease_ahead_ms), sent at it.
+        # Leases not sent yet: granted ahead of their job's run_at (the promoter's lease_ahead_ms),
+        # sent at it, or granted in the lease round under way, sent together at its end.
         self.unsent: dict[str, Grant] = {}
+        self._round_refs: list[tuple[str, str]] = []  # the round's due leases, in the order granted
         self.outbox: asyncio.Queue[pb.DispatcherMessage | None] = asyncio.Queue()
         self._outbox_bytes = 0
         self._room = asyncio.Event()  # set while the outbox is under OUTBOX_LIMIT_BYTES
@@ -163,6 +165,10 @@ class WorkerSession:
                 await self.wake.wait()
                 continue
             granted = await self._lease_round(min(self.credit, settings.lease_batch))
+            # One message for the round, however many shards and classes it leased from: a message
+            # costs the worker far more than a lease in it.
+            round_refs, self._round_refs = self._round_refs, []
+            self._send_unsent(round_refs)
             if granted == 0 and not self.closed:
                 if not await self.wake.wait(IDLE_RECHECK_S):
                     # The safety net: look at every shard again, whatever the hints say.
@@ -267,21 +273,19 @@ class WorkerSession:
         return len(grants), unfilled
 
     def _send_leases(self, grants: list[Grant]) -> None:
-        """Send the leases of due jobs now, and each of the others at its job's run_at."""
+        """Send the leases of due jobs at the end of the lease round, and each of the others at its
+        job's run_at. Until sent, a lease can be withdrawn (the stream ended, the job cancelled)."""
         now = wall_ms_exact()
         hold_ms = self.settings.lease_ahead_ms + 1
-        due: list[Grant] = []
         ahead: dict[int, list[tuple[str, str]]] = defaultdict(list)
         for g in grants:
+            self.unsent[g.id] = g
             # A run_at further ahead than the promoter's lead is another clock's (a step, another
             # process's): holding it could outlast the lease, so it goes now, as before the lead.
             if 0 < g.run_at_ms - now <= hold_ms:
-                self.unsent[g.id] = g
                 ahead[g.run_at_ms].append((g.id, g.token))
             else:
-                due.append(g)
-        if due:
-            self.send(_leases_message(due))
+                self._round_refs.append((g.id, g.token))
         for run_at_ms, refs in ahead.items():
             send = functools.partial(self._send_unsent, refs)
             precise_timer.call_at(run_at_ms, send)
