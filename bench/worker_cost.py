@@ -10,9 +10,10 @@ CPU time (user + system, every thread: the event loop, gRPC's and the handler po
 middle 80% of the jobs, so start-up and the last stragglers are left out, and prints microseconds
 of worker CPU per job and the drain rate over that window.
 
-``--profile DIR`` also samples the worker with py-spy over the same run and writes the raw stacks
-(``DIR/<handler>.txt``) and a summary of where the worker's samples fall by stage (stream read,
-lease to task, handler dispatch, result batching and writes, heartbeats, gRPC and loop internals).
+``--profile DIR`` also samples the worker with py-spy from the start of that window to the end of
+the run and writes the raw stacks (``DIR/<handler>.txt``) and a summary of where the worker's
+samples fall by stage (stream read, lease to task, handler dispatch, result batching and writes,
+heartbeats, handler threads, gRPC and event-loop internals).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .infra.redis_server import PrivateRedis
 ROOT = Path(__file__).resolve().parents[1]
 JOB_TYPES = [f"cost{i}" for i in range(8)]
 RESULT_PREFIX = "WORKER-COST "
+WINDOW_OPEN = "WORKER-COST-WINDOW-OPEN"  # the worker is past start-up: sampling begins here
 
 # py-spy frames, matched by function name and file, summed into the stages a job passes through.
 # The first stage whose pattern appears in a sample's stack takes the sample (most specific first).
@@ -43,11 +45,11 @@ STAGES = [
     ("handler (the no-op itself)", ("noop_async", "noop_sync")),
     ("heartbeats", ("_heartbeats",)),
     ("result batching and writes", ("_sender", "_parts", "_encode_result")),
-    ("job start (lease to task)", ("_start", "JobContext")),
+    ("job start (lease to task)", ("Worker._start (", "JobContext")),
     ("job run (task, outcome, wake-ups)", ("_execute", "_invoke", "_invoke_in_thread", "_within_budget")),
-    ("handler threads (pool)", ("_worker (concurrent/futures/thread.py)", "ThreadPoolExecutor")),
-    ("stream read and decode", ("_session", "read (grpc", "_read")),
-    ("gRPC internals", ("grpc",)),
+    ("handler threads (pool)", ("_worker (concurrent/futures/thread.py", "ThreadPoolExecutor")),
+    ("stream read and decode", ("_session", "read (grpc/")),
+    ("gRPC internals", ("(grpc/",)),
     ("event loop", ("run_forever", "_run_once", "uvloop", "run (asyncio")),
 ]
 
@@ -65,6 +67,8 @@ def _worker_main(kind: str, jobs: int, concurrency: int) -> None:
         if seen == first or seen == last:
             times = os.times()
             marks["first" if seen == first else "last"] = (times.user + times.system, time.monotonic())
+            if seen == first:
+                print(WINDOW_OPEN, flush=True)
             if seen == last:
                 (cpu0, wall0), (cpu1, wall1) = marks["first"], marks["last"]
                 window = last - first
@@ -129,18 +133,18 @@ def measure(kind: str, jobs: int, concurrency: int, profile: Path | None) -> dic
         argv = [sys.executable, "-m", "bench.worker_cost", "--worker", kind, "--jobs", str(jobs),
                 "--concurrency", str(concurrency)]  # fmt: skip
         worker = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
-        spy = None
-        if profile is not None:
-            profile.mkdir(parents=True, exist_ok=True)
-            spy = subprocess.Popen(
-                ["py-spy", "record", "--pid", str(worker.pid), "--rate", "250", "--format", "raw",
-                 "--output", str(profile / f"{kind}.txt"), "--threads", "--nonblocking"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
         assert worker.stdout is not None
+        spy = None
         result: dict[str, Any] = {}
         for line in worker.stdout:
-            if line.startswith(RESULT_PREFIX):
+            if line.startswith(WINDOW_OPEN) and profile is not None:
+                profile.mkdir(parents=True, exist_ok=True)
+                spy = subprocess.Popen(
+                    ["py-spy", "record", "--pid", str(worker.pid), "--rate", "500", "--format", "raw",
+                     "--output", str(profile / f"{kind}.txt"), "--threads", "--nonblocking"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+            elif line.startswith(RESULT_PREFIX):
                 result = json.loads(line[len(RESULT_PREFIX) :])
                 break
         worker.terminate()
