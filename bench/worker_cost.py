@@ -51,7 +51,10 @@ STAGES = [
     ("stream read and decode", ("_session", "read (grpc/")),
     ("gRPC internals", ("(grpc/",)),
     ("event loop", ("run_forever", "_run_once", "uvloop", "run (asyncio")),
+    ("other threads (gRPC's poller)", ("Thread.run (",)),
 ]
+# A sample with no Python frame at all: a thread in C, waiting for the GIL or inside gRPC's core.
+NATIVE = "native code (GIL waits, gRPC core)"
 
 
 def _worker_main(kind: str, jobs: int, concurrency: int) -> None:
@@ -114,7 +117,7 @@ def _summarize(raw: Path) -> list[tuple[str, float]]:
             continue
         n = int(count_text)
         samples += n
-        stage = next((name for name, marks in STAGES if any(m in stack for m in marks)), "other")
+        stage = next((name for name, marks in STAGES if any(m in stack for m in marks)), NATIVE)
         totals[stage] += n
     return [(stage, 100 * n / samples) for stage, n in totals.most_common()] if samples else []
 
