@@ -103,7 +103,7 @@ class Dispatcher:
         )
         self.peers = Peers(peers)
         self.hand_off = HandOff(
-            advertise, redis, self.coordinator, self.peers, self.ownership, self.reconciles
+            advertise, redis, self.working_set, self.coordinator, self.peers, self.ownership, self.reconciles
         )
         self.ingest = Ingestor(
             settings.shard_count,
@@ -188,10 +188,10 @@ class Dispatcher:
 
     # -- what ownership changes set in motion ---------------------------------------------
 
-    async def _on_acquired(self, shard: int, epoch: int) -> None:
+    async def _on_acquired(self, shard: int, epoch: int, redis_lost_it: bool) -> None:
         """Run the shard's loops, restore it from the DB, and have its workers look at it."""
         self.loops.start(shard)
-        self.reconciles.soon(shard)
+        self.reconciles.soon(shard, after_loss=redis_lost_it)
         self.sessions.notify_shard(shard)
 
     async def _on_lost(self, shard: int) -> None:

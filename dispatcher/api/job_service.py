@@ -248,7 +248,7 @@ class JobService(pb_grpc.JobServiceServicer):
             # The row first: once the job runs again its status updates must find it active.
             await self.store.requeue_dead([r.id for r in group], now)
             epoch = await self.ownership.current_epoch(shard)
-            n += await self.working_set.restore(shard, epoch, "requeue", jobs)
+            n += (await self.working_set.restore(shard, epoch, "requeue", jobs)).total
             self.loops.wake_promoter(shard, now)
         return n
 

@@ -188,7 +188,7 @@ class Coordinator:
         if await self.master.changed():
             owned = sorted(self.ownership.epochs)
             log.warning("reconciling the owned shards on the new Redis master", shards=owned)
-            self.reconciles.soon_owned(owned)
+            self.reconciles.soon_owned(owned, after_loss=True)
 
     async def _reconcile_dirty(self) -> None:
         dirty = {int(x) for x in await self.redis.smembers(DIRTY_KEY)}

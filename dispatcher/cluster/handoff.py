@@ -1,25 +1,32 @@
 """Committed jobs of a shard this process does not own go to the shard's owner (PushJobs); when that
-or any push after a commit fails, the shard is flagged so that its owner, whichever process it is,
-reconciles it from the DB (the jobs are safe there)."""
+or any push after a commit fails, the jobs are noted as unpushed in the shard's Redis keys and the
+shard is flagged so that its owner, whichever process it is, reconciles it from the DB (the jobs are
+safe there). The note tells that reconcile the jobs were never in Redis: putting them back is
+expected, where putting back jobs Redis lost is reported as a loss."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
 import structlog
 
+from shardq_common.clock import wall_ms
 from shardq_common.pb import shardq_pb2 as pb
 
 from ..queue.keys import DIRTY_KEY
 from ..queue.ownership import Ownership
 from ..queue.reconcile_loop import ReconcileLoop
-from ..queue.working_set import NewJob
+from ..queue.working_set import NewJob, WorkingSet
 from .coordinator import Coordinator
 from .peers import Peers
 
 log = structlog.get_logger("shardq.dispatcher")
+# Ids of unpushed jobs kept while Redis refuses their notes, at most (about 100 bytes each). Past it
+# the jobs are still flagged and restored, but reported as missing from Redis.
+MAX_UNNOTED = 100_000
 
 
 class HandOff:
@@ -27,6 +34,7 @@ class HandOff:
         self,
         advertise: str,
         redis: Any,
+        working_set: WorkingSet,
         coordinator: Coordinator,
         peers: Peers,
         ownership: Ownership,
@@ -34,17 +42,22 @@ class HandOff:
     ) -> None:
         self.advertise = advertise  # this process's address: a view naming it is stale
         self.redis = redis
+        self.working_set = working_set
         self.coordinator = coordinator
         self.peers = peers
         self.ownership = ownership
         self.reconciles = reconciles
+        self._unnoted: dict[int, list[str]] = {}  # shard -> ids to note as unpushed once Redis takes it
+        self._unnoted_count = 0
+        self._overflowed = False  # ids were left unnoted since the notes last caught up
         self._unflagged: set[int] = set()  # shards to flag in DIRTY_KEY once Redis takes the write
+        self._unreconciled: set[int] = set()  # shards this process reconciles once their notes are in
         self._flagging: asyncio.Future[None] | None = None
 
     async def hand_off(self, shard: int, jobs: list[NewJob]) -> None:
         """Committed jobs of a shard another process owns: ask the owner to queue them. When that
-        fails, flag the shard so its owner reconciles it from the DB (the jobs are safe there).
-        Never raises: the jobs are committed, so the enqueue answers OK whatever fails here."""
+        fails, note them and flag the shard so its owner reconciles it from the DB (the jobs are safe
+        there). Never raises: the jobs are committed, so the enqueue answers OK whatever fails here."""
         address = None
         try:
             address = self.coordinator.view.address_of_owner(shard)
@@ -65,35 +78,73 @@ class HandOff:
             )
         except Exception as exc:
             log.warning("hand-off to the shard owner failed", shard=shard, owner=address, error=repr(exc))
-        self.flag_for_reconcile(shard)
+        self.flag_for_reconcile(shard, [j.id for j in jobs])
 
-    def push_failed(self, shard: int) -> None:
-        """Jobs of the shard were committed but Redis did not take them: this process reconciles the
-        shard should it own it; another process's owner is reached through the flag alone."""
-        self.reconciles.needed(shard)
-        if not self.ownership.owns(shard):
-            self.flag_for_reconcile(shard)
+    def push_failed(self, shard: int, ids: Sequence[str]) -> None:
+        """These committed jobs of the shard did not reach Redis: this process reconciles the shard
+        should it own it; another process's owner is reached through the flag alone."""
+        self._note(shard, ids, flag=not self.ownership.owns(shard))
 
-    def flag_for_reconcile(self, shard: int) -> None:
-        """Have the shard's owner, whichever process it is, reconcile it from the DB soon: committed
-        jobs of it may be missing from Redis. The flag lives in Redis; while Redis refuses it, it is
-        retried in the background (and this process reconciles the shard itself if it owns it)."""
-        self.reconciles.needed(shard)
-        self._unflagged.add(shard)
+    def flag_for_reconcile(self, shard: int, ids: Sequence[str]) -> None:
+        """Have the shard's owner, whichever process it is, reconcile it from the DB soon: these
+        committed jobs of it are missing from Redis."""
+        self._note(shard, ids, flag=True)
+
+    def _note(self, shard: int, ids: Sequence[str], *, flag: bool) -> None:
+        """Note the jobs as unpushed, then flag the shard (the flag lives in Redis) and reconcile it
+        here should this process own it, in that order: the reconcile must find the notes. While
+        Redis refuses them, they are retried in the background."""
+        room = MAX_UNNOTED - self._unnoted_count
+        if len(ids) > room:
+            if not self._overflowed:
+                log.warning(
+                    "too many unpushed jobs wait for Redis to note them: the rest will be reported as "
+                    "missing from Redis when restored",
+                    shard=shard,
+                    waiting=self._unnoted_count,
+                )
+            self._overflowed = True
+            ids = ids[: max(room, 0)]
+        if ids:
+            self._unnoted.setdefault(shard, []).extend(ids)
+            self._unnoted_count += len(ids)
+        if flag:
+            self._unflagged.add(shard)
+        self._unreconciled.add(shard)
         if self._flagging is None or self._flagging.done():
-            self._flagging = asyncio.ensure_future(self._flag_unflagged())
+            self._flagging = asyncio.ensure_future(self._note_and_flag())
 
-    async def _flag_unflagged(self) -> None:
+    async def _note_and_flag(self) -> None:
         delay = 0.05
-        while self._unflagged:
-            shards = sorted(self._unflagged)
+        while self._unnoted or self._unflagged or self._unreconciled:
             try:
-                await self.redis.sadd(DIRTY_KEY, *shards)
+                await self._write_notes()
+                # Every shard flagged or to reconcile by now has its notes in.
+                shards, here = sorted(self._unflagged), set(self._unreconciled)
+                if shards:
+                    await self.redis.sadd(DIRTY_KEY, *shards)
             except Exception as exc:
                 if delay == 0.05:
+                    shards = sorted(self._unflagged | set(self._unnoted))
                     log.warning("cannot flag shards for reconcile yet", shards=shards, error=str(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
+            self._overflowed = False
             self._unflagged.difference_update(shards)
-            self.coordinator.wake()
+            self._unreconciled.difference_update(here)
+            for shard in sorted(here):
+                self.reconciles.needed(shard)
+            if shards:
+                self.coordinator.wake()
+
+    async def _write_notes(self) -> None:
+        while self._unnoted:
+            shard, ids = next(iter(self._unnoted.items()))
+            del self._unnoted[shard]
+            try:
+                await self.working_set.note_unpushed(shard, ids, wall_ms())
+            except BaseException:
+                self._unnoted[shard] = ids + self._unnoted.get(shard, [])
+                raise
+            self._unnoted_count -= len(ids)

@@ -61,7 +61,18 @@ REDIS_ERRORS = Counter(
     "clusterdown) or other (an error reply that is no outage, most likely a bug: logged as an error).",
     ["loop", "kind"],
 )
-RESTORED = Counter("shardq_reconciler_restored_total", "Jobs the reconciler put back into Redis from the DB.")
+RESTORED = Counter(
+    "shardq_reconciler_restored_total",
+    "Jobs the reconciler put back into Redis from the DB, by cause: lost (Redis lost them: a restart "
+    "without persistence, a flush, a failover, deleted keys) or unpushed (committed jobs whose push "
+    "failed, e.g. no process owned their shard for a moment: expected, nothing was lost).",
+    ["cause"],
+)
+PUSHED = Counter(
+    "shardq_jobs_pushed_total",
+    "Committed jobs the enqueue path put into Redis (with shardq_reconciler_restored_total, every job "
+    "accepted is counted once; a push that finds its job there already, or cancelled, counts none).",
+)
 ENQUEUE_TO_START = Histogram(
     "shardq_enqueue_to_start_seconds",
     "From enqueue to the first lease of a job.",

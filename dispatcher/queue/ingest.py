@@ -164,7 +164,7 @@ class Ingestor:
         working_set: WorkingSet,
         ownership: Ownership,
         on_pushed: Callable[[int, list[tuple[NewJob, int]]], None],
-        on_push_failed: Callable[[int], None],
+        on_push_failed: Callable[[int, list[str]], None],
         hand_off: Callable[[int, list[NewJob]], Awaitable[None]],
         max_request_bytes: int = 64 << 20,
     ) -> None:
@@ -172,7 +172,7 @@ class Ingestor:
         self.working_set = working_set
         self.ownership = ownership
         self.on_pushed = on_pushed  # (shard, [(job, 1 ready | 2 delayed)])
-        self.on_push_failed = on_push_failed  # (shard): reconcile it when Redis is back
+        self.on_push_failed = on_push_failed  # (shard, ids): note them unpushed, reconcile the shard
         self.hand_off = hand_off  # (shard, jobs): the shard is another process's: give them to its owner
         # A hand-off must fit the owner's request limit (the same SHARDQ_MAX_REQUEST_BYTES).
         self.hand_off_bytes = max_request_bytes - REQUEST_OVERHEAD_BYTES
@@ -255,7 +255,7 @@ class Ingestor:
             log.exception(
                 "handing on committed jobs failed; the reconciler will", shard=shard, jobs=len(jobs)
             )
-            self.on_push_failed(shard)
+            self.on_push_failed(shard, [job.id for job in jobs])
 
     async def take(self, shard: int, jobs: list[NewJob]) -> None:
         """Committed jobs of a shard this process owns, handed over by the process that committed
@@ -284,7 +284,7 @@ class Ingestor:
             # Not a Redis outage (push() handles those): the jobs are committed, so the reconciler
             # queues them; say so loudly, it is a bug.
             log.exception("queueing committed jobs failed; the reconciler will", shard=shard, jobs=len(jobs))
-            self.on_push_failed(shard)
+            self.on_push_failed(shard, [job.id for job in jobs])
         finally:
             self.unqueued -= len(jobs)
             if self.unqueued <= MAX_UNQUEUED:
@@ -317,9 +317,10 @@ class Ingestor:
             if epoch is None:
                 await self._hand_off_in_parts(shard, jobs)
                 return
+            start = 0  # the jobs before it are in Redis, should a later chunk fail
             try:
-                for i in range(0, len(jobs), PUSH_CHUNK):
-                    chunk = jobs[i : i + PUSH_CHUNK]
+                for start in range(0, len(jobs), PUSH_CHUNK):
+                    chunk = jobs[start : start + PUSH_CHUNK]
                     placed = await self.working_set.enqueue(shard, epoch, wall_ms(), chunk)
                     self.on_pushed(shard, list(zip(chunk, placed, strict=True)))
                 return
@@ -331,10 +332,10 @@ class Ingestor:
                 if not self.ownership.owns(shard):
                     await self._hand_off_in_parts(shard, jobs)
                 else:
-                    self.on_push_failed(shard)
+                    self.on_push_failed(shard, [job.id for job in jobs[start:]])
                 return
             except REDIS_ERRORS as exc:
                 # Committed, so not lost: the reconciler pushes them once Redis takes writes again.
-                note_redis_error("push", exc, shard=shard, jobs=len(jobs))
-                self.on_push_failed(shard)
+                note_redis_error("push", exc, shard=shard, jobs=len(jobs) - start)
+                self.on_push_failed(shard, [job.id for job in jobs[start:]])
                 return

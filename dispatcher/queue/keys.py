@@ -73,6 +73,13 @@ class ShardKeys:
         (ms). Their push skips them; entries older than an hour are dropped."""
         return f"{self.tag}:cancelled-unqueued"
 
+    @property
+    def unpushed(self) -> str:
+        """Sorted set: ids of committed jobs whose push failed, scored by when (ms), noted by the
+        process that held them. The reconciler restores them as expected, not as jobs Redis lost;
+        entries older than an hour are dropped."""
+        return f"{self.tag}:unpushed"
+
     def ready(self, job_type: str, priority: Priority | int) -> str:
         """Sorted set: ready job ids of one type and class, scored by the order they became ready."""
         return f"{self.tag}:ready:{int(priority)}:{job_type}"
@@ -82,4 +89,4 @@ CLUSTER_KEY = f"{PREFIX}:cluster"  # hash: shard_count
 MEMBERS_KEY = f"{PREFIX}:members"  # hash: dispatcher id -> address
 ALIVE_KEY = f"{PREFIX}:alive"  # sorted set: dispatcher id scored by when its membership lapses (ms)
 ASSIGNMENT_KEY = f"{PREFIX}:assignment"  # hash: shard -> dispatcher id, written by rebalance
-DIRTY_KEY = f"{PREFIX}:dirty"  # set: shards whose owner should reconcile them (a hand-off failed)
+DIRTY_KEY = f"{PREFIX}:dirty"  # set: shards whose owner should reconcile them (a push or hand-off failed)

@@ -32,14 +32,15 @@ class Ownership:
         store: Store,
         working_set: WorkingSet,
         ttl_ms: int,
-        on_acquired: Callable[[int, int], Awaitable[None]],
+        on_acquired: Callable[[int, int, bool], Awaitable[None]],
         on_lost: Callable[[int], Awaitable[None]],
     ) -> None:
         self.owner_id = owner_id
         self.store = store
         self.working_set = working_set
         self.ttl_ms = ttl_ms
-        self.on_acquired = on_acquired  # (shard, epoch): reconcile it, start its loops
+        # (shard, epoch, whether Redis had lost the shard): reconcile it, start its loops
+        self.on_acquired = on_acquired
         self.on_lost = on_lost  # (shard): stop its loops, move its workers on
         self.epochs: dict[int, int] = {}
         self._locks: dict[int, asyncio.Lock] = {}
@@ -71,14 +72,15 @@ class Ownership:
         async with self._lock(shard):
             if shard in self.epochs:
                 return True
-            epoch = await self._take(shard)
-        if epoch is None:
+            taken = await self._take(shard)
+        if taken is None:
             return False
-        await self.on_acquired(shard, epoch)
+        await self.on_acquired(shard, *taken)
         return True
 
-    async def _take(self, shard: int) -> int | None:
-        """Under the shard's lock: a new epoch from the DB, then the lease in Redis."""
+    async def _take(self, shard: int) -> tuple[int, bool] | None:
+        """Under the shard's lock: a new epoch from the DB, then the lease in Redis. Returns the epoch
+        and whether Redis had lost the shard (its meta was gone), or None when another owner has it."""
         epoch = (await self.store.next_epochs([shard], self.owner_id))[shard]
         now = steady_ms()
         try:
@@ -88,13 +90,9 @@ class Ownership:
         if result is AcquireCode.HELD:
             return None
         self.epochs[shard] = epoch
-        log.info(
-            "shard acquired",
-            shard=shard,
-            epoch=epoch,
-            redis_had_lost_it=result is AcquireCode.ACQUIRED_UNKNOWN,
-        )
-        return epoch
+        lost = result is AcquireCode.ACQUIRED_UNKNOWN
+        log.info("shard acquired", shard=shard, epoch=epoch, redis_had_lost_it=lost)
+        return epoch, lost
 
     async def acquire_all(self, shards: Iterable[int]) -> None:
         await asyncio.gather(*(self.acquire(s) for s in shards))
@@ -128,10 +126,10 @@ class Ownership:
             if self.epochs.get(shard) != stale_epoch:
                 return shard in self.epochs  # already handled
             metas = await self.working_set.metas([shard])
-            epoch = None if shard in metas else await self._take(shard)
-            if epoch is None:
+            taken = None if shard in metas else await self._take(shard)
+            if taken is None:
                 self.epochs.pop(shard, None)
-        if epoch is None:
+        if taken is None:
             owner = metas.get(shard, ("?", 0, 0))
             log.warning(
                 "shard taken over by another owner",
@@ -142,5 +140,5 @@ class Ownership:
             )
             await self.on_lost(shard)
             return False
-        await self.on_acquired(shard, epoch)
+        await self.on_acquired(shard, *taken)
         return True

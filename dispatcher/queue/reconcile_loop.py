@@ -25,6 +25,7 @@ class ReconcileLoop:
         self.ownership = ownership
         self.interval_s = interval_s  # the full sweep of every owned shard
         self._needed: set[int] = set()  # tried by the next round of the loop
+        self._after_loss: set[int] = set()  # Redis lost these since their last reconcile began
         self._running: dict[int, asyncio.Task[None]] = {}
 
     def needed(self, shard: int) -> None:
@@ -32,10 +33,13 @@ class ReconcileLoop:
         round, should this process own it then."""
         self._needed.add(shard)
 
-    def soon(self, shard: int) -> None:
+    def soon(self, shard: int, *, after_loss: bool = False) -> None:
         """Reconcile the shard in a task of its own: a large shard takes many ownership TTLs, and the
         coordinator's tick (heartbeat, renewals, placement) must not wait on it. A request while one
-        runs is kept for after it (its pages may be past the jobs that prompted the request)."""
+        runs is kept for after it (its pages may be past the jobs that prompted the request).
+        ``after_loss``: Redis lost the shard's data, so what is missing is restored at once."""
+        if after_loss:
+            self._after_loss.add(shard)
         running = self._running.get(shard)
         if running is not None and not running.done():
             self._needed.add(shard)
@@ -43,17 +47,19 @@ class ReconcileLoop:
         self._needed.discard(shard)
         self._running[shard] = asyncio.create_task(self._reconcile(shard), name=f"reconcile-{shard}")
 
-    def soon_owned(self, shards: Iterable[int]) -> None:
+    def soon_owned(self, shards: Iterable[int], *, after_loss: bool = False) -> None:
         """Restore these shards from the DB now (those this process owns), each in the background."""
         for shard in shards:
             if shard in self.ownership.epochs:
-                self.soon(shard)
+                self.soon(shard, after_loss=after_loss)
 
     def tasks(self) -> list[asyncio.Task[None]]:
         """The reconciles under way (cancelled on shutdown)."""
         return list(self._running.values())
 
     async def _reconcile(self, shard: int) -> None:
+        after_loss = shard in self._after_loss
+        self._after_loss.discard(shard)
         epoch = self.ownership.epochs.get(shard)
         if epoch is None:
             return
@@ -63,16 +69,22 @@ class ReconcileLoop:
 
         try:
             try:
-                await self.reconciler.reconcile(shard, epoch, still_owner)
+                await self.reconciler.reconcile(shard, epoch, still_owner, after_loss=after_loss)
             except NotOwner:
                 self._running.pop(shard, None)  # a recovery reconciles the shard again, from the start
                 await self.ownership.recover(shard, epoch)
         except REDIS_ERRORS as exc:
             note_redis_error("reconcile", exc, shard=shard)
-            self._needed.add(shard)  # tried again by run()
+            self._again(shard, after_loss)
         except Exception as exc:
             log.warning("reconcile failed", shard=shard, error=str(exc))
-            self._needed.add(shard)
+            self._again(shard, after_loss)
+
+    def _again(self, shard: int, after_loss: bool) -> None:
+        """A reconcile that failed is tried again by run(), as it was asked for."""
+        self._needed.add(shard)
+        if after_loss:
+            self._after_loss.add(shard)
 
     async def run(self) -> None:
         last_full = asyncio.get_running_loop().time()

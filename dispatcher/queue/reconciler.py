@@ -8,6 +8,11 @@ could not reach Redis after its DB commit, and every reconcile_interval_s. Jobs
 Redis does not know are put back as delayed at their run_at (a job that was leased
 becomes due now: its lease was lost with Redis, and the old token is rejected).
 
+A job missing from Redis is not always one Redis lost: an enqueue is acknowledged at its commit,
+and its push follows. A young job's push is given time to land (IN_FLIGHT_MS), and a job whose push
+failed was noted so by the process that held it (note_unpushed.lua): both are put back without
+alarm. Only the rest are reported as missing from Redis, the warning an operator reads as data loss.
+
 A shard may hold millions of jobs: it is reconciled a page at a time, in a task of its own (the
 coordinator's heartbeats and ownership renewals never wait on it, nor do status writes), and the jobs
 of each page can be leased as soon as that page is restored.
@@ -27,10 +32,18 @@ from ..store import JobRow, Store
 from .records import JobRecord
 from .states import ACTIVE, JobState, Priority
 from .status_writer import StatusWriter, transition_update
-from .working_set import NewJob, Transition, WorkingSet
+from .working_set import NewJob, Restored, Transition, WorkingSet
 
 log = structlog.get_logger("shardq.reconciler")
 RESTORE_CHUNK = 500  # ids looked up and restored in one go (one restore script call)
+# A job is acknowledged at its commit and pushed after it: behind the answer, or handed to the shard's
+# owner first (an RPC given up after 5 s). A reconcile that finds a job this young missing gives its
+# push this long to land before putting the job back: a push that lands queues it once, as usual; one
+# that fails notes the job as unpushed (note_unpushed.lua), and the reconcile puts it back at once.
+# Only a job missing past this, and never noted, is one Redis lost: the warning an operator reads
+# as data loss. The wait delays the restore of young jobs Redis lost by this much at most.
+IN_FLIGHT_MS = 10_000
+RECHECK_S = 0.25  # how often the young missing jobs are looked for again
 # Shards reconciled at once (a full sweep, or Redis losing every shard, asks for all of them): each
 # keeps a DB connection busy, and the status writer and enqueues need the pool's others.
 SHARDS_AT_ONCE = 2
@@ -53,6 +66,12 @@ def record_from_row(row: JobRow, now: int, *, requeue: bool = False) -> JobRecor
     )
 
 
+def _may_be_on_its_way(row: JobRow, now: int, in_flight_ms: int) -> bool:
+    """Committed lately and never leased: its push (behind its enqueue's answer, or a hand-off to
+    this process) may not have reached Redis yet."""
+    return row.attempts == 0 and now - row.enqueued_at < in_flight_ms
+
+
 class Reconciler:
     def __init__(
         self,
@@ -60,42 +79,81 @@ class Reconciler:
         working_set: WorkingSet,
         writer: StatusWriter,
         on_restored: Callable[[int], None] = lambda shard: None,
+        in_flight_ms: int = IN_FLIGHT_MS,
     ) -> None:
         self.store = store
         self.working_set = working_set
         self.writer = writer
         self.on_restored = on_restored  # (shard): jobs were put back, due ones can be promoted now
+        self.in_flight_ms = in_flight_ms
         self.restored_total = 0
         self._locks: dict[int, asyncio.Lock] = {}
         self._slots = asyncio.Semaphore(SHARDS_AT_ONCE)
 
-    async def reconcile(self, shard: int, epoch: int, still_owner: Callable[[], bool] = lambda: True) -> int:
+    async def reconcile(
+        self,
+        shard: int,
+        epoch: int,
+        still_owner: Callable[[], bool] = lambda: True,
+        *,
+        after_loss: bool = False,
+    ) -> int:
         """Restore the shard's active jobs that Redis does not hold, a page at a time (stopping early
-        once ``still_owner()`` says the shard is gone). Returns how many."""
+        once ``still_owner()`` says the shard is gone). Returns how many.
+
+        ``after_loss``: Redis lost the shard's data (its meta was gone, or another master answers).
+        Missing jobs are then restored at once, young ones too: most were lost, not on their way, and
+        a push that comes after all finds its job restored and skips it."""
         lock = self._locks.setdefault(shard, asyncio.Lock())
-        restored = caught_up = 0
+        restored = Restored()
+        caught_up = 0
+        waiting: dict[str, int] = {}  # young jobs missing -> until when (wall ms) their push may come
+        in_flight_ms = 0 if after_loss else self.in_flight_ms
         async with lock, self._slots:
             async for ids in self.store.active_ids(shard):
                 if not still_owner():
                     break
                 caught_up += self._catch_up(shard, await self.working_set.finished(shard, ids))
-                for i in range(0, len(ids), RESTORE_CHUNK):
-                    chunk = ids[i : i + RESTORE_CHUNK]
-                    async with self.writer.forgets_held(shard, chunk):
-                        n = await self._restore_missing(shard, epoch, chunk)
-                    if n:
-                        restored += n
-                        self.restored_total += n
-                        metrics.RESTORED.inc(n)
-                        self.on_restored(shard)
+                restored += await self._restore_chunks(shard, epoch, ids, waiting, in_flight_ms)
+        # Outside the slot: a shard whose young jobs are awaited holds up no other shard's reconcile.
+        # Looking again costs a script call per RESTORE_CHUNK jobs awaited: many are looked at less often.
+        pause = RECHECK_S
+        while waiting and still_owner():
+            await asyncio.sleep(pause)
+            started = asyncio.get_running_loop().time()
+            async with lock, self._slots:
+                restored += await self._restore_chunks(shard, epoch, list(waiting), waiting, in_flight_ms)
+            pause = max(RECHECK_S, 4 * (asyncio.get_running_loop().time() - started))
         if caught_up:
             log.warning("recorded finished jobs whose DB rows were behind", shard=shard, jobs=caught_up)
-        if restored:
-            log.warning("restored jobs missing from Redis", shard=shard, restored=restored)
+        if restored.unpushed:
+            log.info("restored committed jobs whose push had failed", shard=shard, restored=restored.unpushed)
+        if restored.lost:
+            log.warning("restored jobs missing from Redis", shard=shard, restored=restored.lost)
+        return restored.total
+
+    async def _restore_chunks(
+        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], in_flight_ms: int
+    ) -> Restored:
+        restored = Restored()
+        for i in range(0, len(ids), RESTORE_CHUNK):
+            chunk = ids[i : i + RESTORE_CHUNK]
+            async with self.writer.forgets_held(shard, chunk):
+                done = await self._restore_missing(shard, epoch, chunk, waiting, in_flight_ms)
+            if done.total:
+                restored += done
+                self.restored_total += done.total
+                metrics.RESTORED.labels("lost").inc(done.lost)
+                metrics.RESTORED.labels("unpushed").inc(done.unpushed)
+                self.on_restored(shard)
         return restored
 
-    async def _restore_missing(self, shard: int, epoch: int, ids: list[str]) -> int:
-        """Restore those of these jobs that Redis does not hold and that are still active. Returns how many.
+    async def _restore_missing(
+        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], in_flight_ms: int
+    ) -> Restored:
+        """Restore those of these jobs that Redis does not hold and that are still active, but for
+        ones younger than ``in_flight_ms`` whose push may still come (``waiting``: they are left there
+        until it is late).
 
         Their ids were read a moment ago; since then a job may have finished or been cancelled. Its
         row is read again once Redis is found without it: a finished job's record leaves Redis only
@@ -103,13 +161,31 @@ class Reconciler:
         Redis holds by then or a cancel noted while Redis did not hold it. The caller holds this
         process's forgets of these jobs off, so none can be pushed, finish and leave Redis in between."""
         missing = await self.working_set.missing(shard, ids)
-        if not missing:
-            return 0
         now = wall_ms()
-        rows = [r for r in await self.store.get_jobs(missing) if r.status in ACTIVE]
-        if not rows:
-            return 0
-        jobs = [NewJob(r.id, record_from_row(r, now), r.payload) for r in rows]
+        due: list[str] = []  # rows to read again
+        awaited: set[str] = set()  # waited for long enough, or noted as unpushed meanwhile
+        for job_id in ids:
+            until = waiting.get(job_id)
+            if job_id not in missing:
+                waiting.pop(job_id, None)  # pushed meanwhile
+            elif until is None:
+                due.append(job_id)
+            elif missing[job_id] or until <= now:
+                del waiting[job_id]
+                awaited.add(job_id)
+                due.append(job_id)
+        if not due:
+            return Restored()
+        rows = [r for r in await self.store.get_jobs(due) if r.status in ACTIVE]
+        put_back = []
+        for r in rows:
+            if r.id not in awaited and not missing[r.id] and _may_be_on_its_way(r, now, in_flight_ms):
+                waiting[r.id] = min(r.enqueued_at, now) + in_flight_ms
+            else:
+                put_back.append(r)
+        if not put_back:
+            return Restored()
+        jobs = [NewJob(r.id, record_from_row(r, now), r.payload) for r in put_back]
         return await self.working_set.restore(shard, epoch, "restore", jobs)
 
     def _catch_up(self, shard: int, finished: list[tuple[str, JobRecord, bytes | None]]) -> int:

@@ -44,6 +44,7 @@ SCRIPT_NAMES = (
     "restore_jobs",
     "forget_jobs",
     "missing_jobs",
+    "note_unpushed",
     "finished_jobs",
     "acquire_shard",
     "renew_shard",
@@ -122,6 +123,7 @@ class Scripts:
     restore_jobs: Any
     forget_jobs: Any
     missing_jobs: Any
+    note_unpushed: Any
     finished_jobs: Any
     acquire_shard: Any
     renew_shard: Any

@@ -32,7 +32,8 @@ class TransitionSink:
         self.wake_promoter = wake_promoter  # (shard, run_at_ms): a job became delayed until then
 
     def pushed(self, shard: int, placed: list[tuple[NewJob, int]]) -> None:
-        """New jobs are in the shard's queues, each ready or delayed (EnqueueCode)."""
+        """New jobs are in the shard's queues, each ready or delayed (EnqueueCode), or skipped."""
+        metrics.PUSHED.inc(sum(1 for _, p in placed if p != EnqueueCode.SKIPPED))
         ready = {(job.record.type, int(job.record.priority)) for job, p in placed if p == EnqueueCode.READY}
         if ready:
             self.sessions.notify_ready(shard, ready)

@@ -114,6 +114,22 @@ class DueJobs:
 
 
 @dataclass(frozen=True)
+class Restored:
+    """Jobs a restore put back: ``lost`` ones Redis had lost (or never had, unknown to anybody), and
+    ``unpushed`` ones whose push had failed and been noted (note_unpushed)."""
+
+    lost: int = 0
+    unpushed: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.lost + self.unpushed
+
+    def __add__(self, other: Restored) -> Restored:
+        return Restored(self.lost + other.lost, self.unpushed + other.unpushed)
+
+
+@dataclass(frozen=True)
 class NackSpec:
     id: str
     token: str
@@ -439,24 +455,34 @@ class WorkingSet:
         r = await self.scripts.cancel(keys=keys, args=[job_id, now])
         return CancelOutcome(CancelCode(int(r[0])), _s(r[1]), _s(r[2]))
 
-    async def restore(self, shard: int, epoch: int, mode: str, jobs: Iterable[NewJob]) -> int:
+    async def restore(self, shard: int, epoch: int, mode: str, jobs: Iterable[NewJob]) -> Restored:
+        """Mode 'restore': put back those of these jobs Redis does not hold (a requeue, 'requeue',
+        also replaces dead records; it counts every job as lost)."""
         k = ShardKeys(shard)
         args: list[Any] = [epoch, mode]
         for job in jobs:
             args += [job.id, job.record.pack(), job.payload]
-        r = await self.scripts.restore_jobs(
-            keys=[k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.types, k.cancelled_unqueued], args=args
-        )
+        keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.types, k.cancelled_unqueued, k.unpushed]
+        r = await self.scripts.restore_jobs(keys=keys, args=args)
         _check_owner(r, shard)
-        return int(r)
+        return Restored(int(r[0]), int(r[1]))
+
+    async def note_unpushed(self, shard: int, ids: Sequence[str], now: int) -> None:
+        """These committed jobs' push failed: the reconciler that restores them knows it is no loss."""
+        for start in range(0, len(ids), SCRIPT_BATCH):
+            await self.scripts.note_unpushed(
+                keys=[ShardKeys(shard).unpushed], args=[now, *ids[start : start + SCRIPT_BATCH]]
+            )
 
     async def forget(self, shard: int, ids: Sequence[str]) -> int:
         k = ShardKeys(shard)
         return int(await self.scripts.forget_jobs(keys=[k.jobs, k.results], args=list(ids)))
 
-    async def missing(self, shard: int, ids: Sequence[str]) -> list[str]:
-        r = await self.scripts.missing_jobs(keys=[ShardKeys(shard).jobs], args=list(ids))
-        return [_s(x) for x in r]
+    async def missing(self, shard: int, ids: Sequence[str]) -> dict[str, bool]:
+        """Those of these jobs Redis does not hold, each with whether its push was noted as failed."""
+        k = ShardKeys(shard)
+        r = await self.scripts.missing_jobs(keys=[k.jobs, k.unpushed], args=list(ids))
+        return {_s(r[i]): bool(int(r[i + 1])) for i in range(0, len(r), 2)}
 
     async def finished(self, shard: int, ids: Sequence[str]) -> list[tuple[str, JobRecord, bytes | None]]:
         """Those of these jobs whose record in Redis is finished (succeeded, dead, cancelled), each

@@ -29,10 +29,11 @@ def ledger(tmp_path: Path) -> Path:
 def start_dispatcher(tmp_path: Path) -> Iterator[Callable[..., DispatcherProcess]]:
     started: list[DispatcherProcess] = []
 
-    def start(redis_url: str, db_url: str, **settings: Any) -> DispatcherProcess:
+    def start(redis_url: str, db_url: str, *, wait: bool = True, **settings: Any) -> DispatcherProcess:
+        """``wait``: return once it answers (else at once)."""
         proc = DispatcherProcess(redis_url, db_url, tmp_path, **{**TEST_SETTINGS, **settings})
         started.append(proc)
-        return proc.start()
+        return proc.start(wait=wait)
 
     yield start
     for proc in started:

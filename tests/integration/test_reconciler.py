@@ -1,5 +1,7 @@
 """The reconciler restores only jobs still active: not one that finished or was cancelled while the
-reconciler was between reading its page and restoring it.
+reconciler was between reading its page and restoring it. A young job missing from Redis may have its
+push on the way: it is restored only if the push does not come, and reported as lost from Redis only
+if nobody noted that its push had failed.
 
 The reconciler runs against a real Redis and a real store; the store is wrapped to let the other
 party (the shard's former owner, a cancel) act at exactly that moment.
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aredis
+from structlog.testing import capture_logs
 
 from dispatcher.queue.ids import new_job_id
 from dispatcher.queue.reconciler import Reconciler
@@ -54,6 +57,10 @@ class Interleaved:
         return rows
 
 
+# The time a young job's push is given here: long enough for a test's push to land on a busy machine.
+IN_FLIGHT_MS = 3_000
+
+
 class Shard:
     """One shard's Redis working set and DB rows, with a status writer, as a dispatcher has them."""
 
@@ -61,20 +68,33 @@ class Shard:
         self.store = Interleaved(store)
         self.working_set = WorkingSet(redis)
         self.writer = StatusWriter(store, self.working_set, flush_interval_ms=10)
-        self.reconciler = Reconciler(self.store, self.working_set, self.writer)  # type: ignore[arg-type]
+        self.reconciler = Reconciler(
+            self.store,  # type: ignore[arg-type]
+            self.working_set,
+            self.writer,
+            in_flight_ms=IN_FLIGHT_MS,
+        )
 
-    async def commit_new_job(self) -> NewJob:
-        now = wall_ms()
+    async def commit_new_job(self, enqueued_ago_ms: int = 60_000) -> NewJob:
+        """A ready job's row, enqueued ``enqueued_ago_ms`` ago: by default long enough for its push to
+        have come (a job missing from Redis then is one Redis lost)."""
+        enqueued = wall_ms() - enqueued_ago_ms
         job = NewJob(
             new_job_id(),
             JobRecord(
-                JOB_TYPE, Priority.DEFAULT, JobState.READY, now, now, max_attempts=3, lease_ttl_ms=60_000
+                JOB_TYPE,
+                Priority.DEFAULT,
+                JobState.READY,
+                enqueued,
+                enqueued,
+                max_attempts=3,
+                lease_ttl_ms=60_000,
             ),
             b"{}",
         )
         row = JobRow(
-            job.id, JOB_TYPE, SHARD, int(Priority.DEFAULT), job.payload, "ready", now, None, 0, 0, 0, 3,
-            60_000, None, None, None, None, now, None, None, now,
+            job.id, JOB_TYPE, SHARD, int(Priority.DEFAULT), job.payload, "ready", enqueued, None, 0, 0, 0,
+            3, 60_000, None, None, None, None, enqueued, None, None, enqueued,
         )  # fmt: skip
         await self.store.insert_jobs([row])
         return job
@@ -188,3 +208,85 @@ async def test_an_active_job_redis_lost_is_restored_once(shard: Shard) -> None:
     record = await shard.working_set.record(SHARD, job.id)
     assert record is not None and record.state is JobState.DELAYED
     assert await shard.reconciler.reconcile(SHARD, 1) == 0
+
+
+def restores_logged(logs: list[dict[str, Any]]) -> dict[str, int]:
+    """The jobs the reconciler said it restored, by log level: warning (lost from Redis) or info (its
+    push had failed)."""
+    out: dict[str, int] = {}
+    for e in logs:
+        if e["event"] in (
+            "restored jobs missing from Redis",
+            "restored committed jobs whose push had failed",
+        ):
+            out[e["log_level"]] = out.get(e["log_level"], 0) + e["restored"]
+    return out
+
+
+async def test_a_young_job_whose_push_lands_during_the_reconcile_is_queued_once_by_its_push(
+    shard: Shard,
+) -> None:
+    """Committed a moment ago, its push still on the way (behind its enqueue's answer, or a hand-off):
+    the reconcile finds it missing and waits for the push rather than restoring it. The push lands
+    before the reconcile looks again; it queues the job, once, and nothing is reported."""
+    await shard.acquire(1, "only")
+    job = await shard.commit_new_job(enqueued_ago_ms=0)
+    pushed: list[list[int]] = []
+    looks = 0
+    look = shard.working_set.missing
+
+    async def push_lands_before_the_second_look(shard_: int, ids: Sequence[str]) -> dict[str, bool]:
+        nonlocal looks
+        looks += 1
+        if looks == 2:
+            pushed.append(await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]))
+        return await look(shard_, ids)
+
+    shard.working_set.missing = push_lands_before_the_second_look  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        restored = await shard.reconciler.reconcile(SHARD, 1)
+    if not pushed:  # the reconcile did not wait: the push comes after it
+        pushed.append(await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]))
+    assert (restored, pushed) == (0, [[1]])  # queued ready by its push, not found there already
+    record = await shard.working_set.record(SHARD, job.id)
+    assert record is not None and record.state is JobState.READY
+    assert restores_logged(logs) == {}
+
+
+async def test_a_young_job_whose_push_never_comes_is_restored_as_lost_once_it_is_late(shard: Shard) -> None:
+    """Nothing pushes it nor notes it: Redis lost it (a flush right after the enqueue). It is put back
+    once its push is late, and reported as missing from Redis."""
+    await shard.acquire(1, "only")
+    job = await shard.commit_new_job(enqueued_ago_ms=0)
+    with capture_logs() as logs:
+        assert await shard.reconciler.reconcile(SHARD, 1) == 1
+    assert wall_ms() - job.record.enqueued_at_ms >= IN_FLIGHT_MS
+    record = await shard.working_set.record(SHARD, job.id)
+    assert record is not None and record.state is JobState.DELAYED
+    assert restores_logged(logs) == {"warning": 1}
+
+
+@pytest.mark.parametrize("noted", ["before the reconcile", "while it waits"])
+async def test_a_job_noted_as_unpushed_is_restored_at_once_and_not_reported_lost(
+    shard: Shard, noted: str
+) -> None:
+    """Its push failed (no process owned the shard for a moment, Redis refused it) and the process that
+    held it noted so: the reconcile restores it without waiting out its push, and as no loss."""
+    await shard.acquire(1, "only")
+    job = await shard.commit_new_job(enqueued_ago_ms=0)
+
+    async def note_it() -> None:
+        await shard.working_set.note_unpushed(SHARD, [job.id], wall_ms())
+
+    if noted == "before the reconcile":
+        await note_it()
+    else:
+        shard.store.after_reread.append(note_it)
+    with capture_logs() as logs:
+        assert await shard.reconciler.reconcile(SHARD, 1) == 1
+    assert wall_ms() - job.record.enqueued_at_ms < IN_FLIGHT_MS, "it waited for a push that had failed"
+    record = await shard.working_set.record(SHARD, job.id)
+    assert record is not None and record.state is JobState.DELAYED
+    assert restores_logged(logs) == {"info": 1}
+    assert await shard.working_set.missing(SHARD, [job.id]) == {}
+    assert await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]) == [0], "a late push queued it again"

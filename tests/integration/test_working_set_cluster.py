@@ -26,7 +26,7 @@ from dispatcher.ops.redis_errors import REDIS_DOWN
 from dispatcher.queue.keys import CLUSTER_KEY, ShardKeys
 from dispatcher.queue.records import JobRecord
 from dispatcher.queue.states import JobState, Priority
-from dispatcher.queue.working_set import NackSpec, NewJob, WorkingSet
+from dispatcher.queue.working_set import NackSpec, NewJob, Restored, WorkingSet
 from shardq_common.errors import NotOwner
 from tests.support.ports import free_port
 from tests.support.redis_cluster import RedisCluster3
@@ -144,8 +144,12 @@ async def scenario(ws: WorkingSet, shard: int) -> list[tuple[str, Any]]:
     note("record requeued", await ws.record(shard, dead_id))
 
     all_ids = [j.id for j in ready + delayed] + [new_restored.id]
-    note("missing", await ws.missing(shard, [*all_ids, f"{s}-ghost"]))
-    note("forget", await ws.forget(shard, all_ids))
+    note("note unpushed", await ws.note_unpushed(shard, [f"{s}-ghost", f"{s}-unpushed"], now + 500))
+    note("missing", await ws.missing(shard, [*all_ids, f"{s}-ghost", f"{s}-unpushed"]))
+    unpushed = job(f"{s}-unpushed", "tc", Priority.DEFAULT, T0 + 3_000)
+    note("restore unpushed", await ws.restore(shard, epoch, "restore", [unpushed, new_restored]))
+    note("missing after restore", await ws.missing(shard, [f"{s}-ghost", f"{s}-unpushed"]))
+    note("forget", await ws.forget(shard, [*all_ids, unpushed.id]))
     note("missing after forget", await ws.missing(shard, all_ids))
     note("next due at end", await ws.next_due(shard))
     note("counts at end", await ws.counts([shard]))
@@ -201,9 +205,12 @@ async def test_every_transition_matches_single_redis(single_ws, cluster_ws, redi
     assert by_label["forget"] == 3  # succeeded r0, cancelled d0 and d1
     assert by_label["extend cancelled"][0] < 0
     assert by_label["cancel succeeded"].code == 3 and by_label["cancel unknown"].code == 0
-    assert by_label["restore"] == 1 and by_label["requeue dead"] == 1
+    assert by_label["restore"] == Restored(lost=1) and by_label["requeue dead"] == Restored(lost=1)
     assert by_label["record requeued"].state is JobState.DELAYED
-    assert by_label["missing"] == [f"{s}-ghost"]
+    assert by_label["missing"] == {f"{s}-ghost": True, f"{s}-unpushed": True}
+    assert by_label["restore unpushed"] == Restored(unpushed=1)
+    # The restored job's note went; the ghost's stays (no restore looked at it).
+    assert by_label["missing after restore"] == {f"{s}-ghost": True}
 
     # Each shard's keys are on the master that owns its slot, and on no other.
     for shard in shards:
@@ -277,11 +284,11 @@ async def test_scripts_route_by_slot_and_reload_after_script_flush(cluster_ws, r
                     out.add(node.port)
         return out
 
-    assert await cluster_ws.missing(a, ["x", "y"]) == ["y"]
+    assert await cluster_ws.missing(a, ["x", "y"]) == {"y": False}
     assert cached_on() == {redis_cluster.port_for_key(ShardKeys(a).jobs)}
-    assert await cluster_ws.missing(a, ["x"]) == []  # EVALSHA now
-    assert await cluster_ws.missing(b, ["x"]) == ["x"]
-    assert await cluster_ws.missing(c, ["x"]) == ["x"]
+    assert await cluster_ws.missing(a, ["x"]) == {}  # EVALSHA now
+    assert await cluster_ws.missing(b, ["x"]) == {"x": False}
+    assert await cluster_ws.missing(c, ["x"]) == {"x": False}
     assert cached_on() == set(redis_cluster.ports)
 
 
@@ -340,7 +347,7 @@ async def test_a_dead_master_fails_only_its_shards_and_recovers(tmp_path: Path) 
                 return False
 
         assert await wait_for(back, timeout=10)
-        assert await ws.missing(victim_shard, [f"j{victim_shard}"]) == [f"j{victim_shard}"]
+        assert await ws.missing(victim_shard, [f"j{victim_shard}"]) == {f"j{victim_shard}": False}
     finally:
         await client.aclose()
         cluster.stop()
