@@ -136,35 +136,52 @@ def measure(kind: str, jobs: int, concurrency: int, profile: Path | None) -> dic
         argv = [sys.executable, "-m", "bench.worker_cost", "--worker", kind, "--jobs", str(jobs),
                 "--concurrency", str(concurrency)]  # fmt: skip
         worker = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
-        assert worker.stdout is not None
-        spy = None
-        result: dict[str, Any] = {}
-        for line in worker.stdout:
-            if line.startswith(WINDOW_OPEN) and profile is not None:
-                profile.mkdir(parents=True, exist_ok=True)
-                spy = subprocess.Popen(
-                    ["py-spy", "record", "--pid", str(worker.pid), "--rate", "500", "--format", "raw",
-                     "--output", str(profile / f"{kind}.txt"), "--threads", "--nonblocking"],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                )  # fmt: skip
-            elif line.startswith(RESULT_PREFIX):
-                result = json.loads(line[len(RESULT_PREFIX) :])
-                break
-        worker.terminate()
-        worker.wait(30)
-        if spy is not None:
-            spy.wait(30)
-            assert profile is not None
-            result["stages"] = _summarize(profile / f"{kind}.txt")
+        try:
+            result = _read_result(worker, kind, profile)
+        finally:
+            worker.terminate()
+            worker.wait(30)
         if not result:
-            raise RuntimeError(f"the worker printed no result; logs in {logs}")
+            raise RuntimeError(f"the worker printed no result; logs kept in {logs}")
+        shutil.rmtree(logs, ignore_errors=True)
         return result
     finally:
         dispatcher.stop()
         database.drop()
         postgres.stop()
         redis_server.stop()
-        shutil.rmtree(logs, ignore_errors=True)
+
+
+def _read_result(worker: subprocess.Popen[str], kind: str, profile: Path | None) -> dict[str, Any]:
+    """The worker's measurement; with a profile, py-spy samples it from the window's start."""
+    assert worker.stdout is not None
+    spy = None
+    result: dict[str, Any] = {}
+    try:
+        for line in worker.stdout:
+            if line.startswith(WINDOW_OPEN) and profile is not None:
+                profile.mkdir(parents=True, exist_ok=True)
+                spy = subprocess.Popen(
+                    [_py_spy(), "record", "--pid", str(worker.pid), "--rate", "500", "--format", "raw",
+                     "--output", str(profile / f"{kind}.txt"), "--threads", "--nonblocking"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+            elif line.startswith(RESULT_PREFIX):
+                result = json.loads(line[len(RESULT_PREFIX) :])
+                break
+    finally:
+        if spy is not None:
+            worker.terminate()  # py-spy ends with the process it samples
+            spy.wait(30)
+    if spy is not None and result:
+        assert profile is not None
+        result["stages"] = _summarize(profile / f"{kind}.txt")
+    return result
+
+
+def _py_spy() -> str:
+    """py-spy from PATH, else the one installed beside this interpreter (a venv not activated)."""
+    return shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
 
 
 def main() -> None:
