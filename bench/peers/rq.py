@@ -1,6 +1,7 @@
 """RQ's driver: ``enqueue``/``enqueue_at`` per job, ``enqueue_many`` (one pipeline) per batch.
-Workers are ``SimpleWorker`` (no fork per job: RQ's fastest), with the scheduler for delayed jobs.
-Jobs name their function as a string: the driver runs as __main__, the workers import this module."""
+Workers are ``SimpleWorker`` (no fork per job: RQ's fastest), with the scheduler for delayed jobs; a
+SimpleWorker runs one job at a time, so its concurrency is the number of worker processes. Jobs name
+their function as a string: the driver runs as __main__, the workers import this module."""
 
 from __future__ import annotations
 
@@ -11,14 +12,20 @@ from datetime import UTC, datetime
 from redis import Redis
 from rq import Queue, SimpleWorker
 
-from . import _driver
+from . import _driver, _work
 from ._probe import REDIS_URL_ENV, job_started
 
-FUNCTION = "bench.peers.rq.noop"
+FUNCTION = "bench.peers.rq.job"
+# SimpleWorker processes, per kind of work: the fastest a sweep of drain found.
+WORKERS = {"noop": 2, "redis": 2, "io1ms": 2, "cpu100us": 2}
+
+WORK = _work.sync_work(1)
 
 
-def noop(seq: int, t_enqueued: float, run_at: float) -> None:
+def job(seq: int, t_enqueued: float, run_at: float) -> None:
     job_started(seq, t_enqueued, run_at)
+    if WORK is not None:
+        WORK(seq)
 
 
 def queue() -> Queue:
@@ -28,6 +35,8 @@ def queue() -> Queue:
 class RqAdapter(_driver.Adapter):
     packages = ("rq", "redis")
     settings = {"worker_class": "SimpleWorker", "with_scheduler": True, "bulk": "Queue.enqueue_many"}
+    concurrency = WORKERS
+    concurrency_means = "SimpleWorker processes (each runs one job at a time)"
 
     async def open(self) -> None:
         self.queue = queue()
@@ -46,7 +55,7 @@ class RqAdapter(_driver.Adapter):
         self.queue.enqueue_many([Queue.prepare_data(FUNCTION, args=tuple(job)) for job in jobs])
 
     def worker_commands(self, processes: int) -> list[list[str]]:
-        return [[sys.executable, "-m", "bench.peers.rq", "worker"] for _ in range(processes)]
+        return [[sys.executable, "-m", "bench.peers.rq", "worker"] for _ in range(self.worker_concurrency)]
 
 
 if __name__ == "__main__":
