@@ -86,16 +86,7 @@ def async_work(slots: int) -> Callable[[int], Awaitable[None]] | None:
             _spin(rounds)
 
         return burn
-    pool = redis.asyncio.BlockingConnectionPool.from_url(os.environ[REDIS_URL_ENV], max_connections=slots)
-    client = redis.asyncio.Redis(connection_pool=pool)
-
-    async def round_trip(seq: int) -> None:
-        pipe = client.pipeline(transaction=False)
-        pipe.incr(COUNT_KEY)
-        pipe.set(f"bench:work:{seq}", seq)
-        await pipe.execute()
-
-    return round_trip
+    return AsyncRoundTrip(slots)
 
 
 def sync_work(slots: int) -> Callable[[int], None] | None:
@@ -116,13 +107,40 @@ def sync_work(slots: int) -> Callable[[int], None] | None:
             _spin(rounds)
 
         return burn
-    pool = redis.BlockingConnectionPool.from_url(os.environ[REDIS_URL_ENV], max_connections=slots)
-    client = redis.Redis(connection_pool=pool)
+    return SyncRoundTrip(slots)
 
-    def round_trip(seq: int) -> None:
-        pipe = client.pipeline(transaction=False)
+
+class AsyncRoundTrip:
+    """INCR + SET in one pipeline; a caller beyond the pool's ``slots`` connections waits for one."""
+
+    def __init__(self, slots: int) -> None:
+        url = os.environ[REDIS_URL_ENV]
+        self.pool = redis.asyncio.BlockingConnectionPool.from_url(url, max_connections=slots)
+        self.client = redis.asyncio.Redis(connection_pool=self.pool)
+
+    async def __call__(self, seq: int) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.incr(COUNT_KEY)
+        pipe.set(f"bench:work:{seq}", seq)
+        await pipe.execute()
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+        await self.pool.disconnect()
+
+
+class SyncRoundTrip:
+    def __init__(self, slots: int) -> None:
+        url = os.environ[REDIS_URL_ENV]
+        self.pool = redis.BlockingConnectionPool.from_url(url, max_connections=slots)
+        self.client = redis.Redis(connection_pool=self.pool)
+
+    def __call__(self, seq: int) -> None:
+        pipe = self.client.pipeline(transaction=False)
         pipe.incr(COUNT_KEY)
         pipe.set(f"bench:work:{seq}", seq)
         pipe.execute()
 
-    return round_trip
+    def close(self) -> None:
+        self.client.close()
+        self.pool.disconnect()
