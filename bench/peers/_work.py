@@ -49,7 +49,7 @@ def concurrency(pinned: dict[str, int]) -> int:
 def _spin(rounds: int) -> int:
     total = 0
     for i in range(rounds):
-        total += i * i % 7
+        total = (total * 31 + i) % 65521
     return total
 
 

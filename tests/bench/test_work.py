@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import redis
 
 from bench.peers import _work
 from bench.peers._probe import REDIS_URL_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -76,3 +82,25 @@ def test_the_driver_chosen_concurrency_wins_over_the_pinned_one(monkeypatch: pyt
     assert _work.concurrency(pinned) == 16
     monkeypatch.setenv(_work.CONCURRENCY_ENV, "500")
     assert _work.concurrency(pinned) == 500
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_bullmq_cpu_work_takes_about_its_time_too() -> None:
+    """The JavaScript twin (bench/peers/bullmq/work.js) is calibrated the same way; V8 must neither
+    drop the loop nor run it faster than it was timed (a loop whose products outgrew 31 bits was
+    timed on floating point and then ran 7x faster on small integers)."""
+    script = (  # the fastest of 5 batches of 500 calls, in µs of CPU per call
+        "const w = require('./work').makeWork(); let best = Infinity;"
+        "(async () => { for (let b = 0; b < 5; b++) { const c = process.cpuUsage();"
+        " for (let i = 0; i < 500; i++) await w(i);"
+        " const d = process.cpuUsage(c); best = Math.min(best, (d.user + d.system) / 500); }"
+        " console.log(best); })();"
+    )
+    folder = ROOT / "bench" / "peers" / "bullmq"
+    env = {**os.environ, _work.WORK_ENV: "cpu100us"}
+    done = subprocess.run(
+        ["node", "-e", script], cwd=folder, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    best_us = float(done.stdout.strip())
+    assert 30 < best_us < 1000, best_us

@@ -3,7 +3,6 @@
 // timer wait; cpu100us: about 100 µs of CPU, calibrated once per process. ioredis has no pool: one
 // connection pipelines every processor's commands, which is how BullMQ users share a client.
 'use strict';
-const Redis = require('ioredis');
 
 const KINDS = ['noop', 'redis', 'io1ms', 'cpu100us'];
 const COUNT_KEY = 'bench:work:count';
@@ -19,17 +18,20 @@ function concurrency(pinned) {
   return process.env.BENCH_CONCURRENCY ? Number(process.env.BENCH_CONCURRENCY) : pinned[kind()];
 }
 
+// Every value stays a small integer, so each round costs the same however many there are (a product
+// past 2^31 turns into floating point), and the result goes to `sink`, so the JIT cannot drop the loop.
+let sink = 0;
 function spin(rounds) {
   let total = 0;
-  for (let i = 0; i < rounds; i++) total += (i * i) % 7;
-  return total;
+  for (let i = 0; i < rounds; i++) total = (total * 31 + i) % 65521;
+  sink ^= total;
 }
 
 // Rounds of spin() that take `seconds`: the fastest of several timings (a timing that shared the core
 // with another process only ever comes out slower), after a warm-up that lets the JIT compile it.
 function calibrate(seconds) {
   const probe = 200000;
-  for (let i = 0; i < 5; i++) spin(probe);
+  for (let i = 0; i < 20; i++) spin(probe);
   let best = Infinity;
   for (let i = 0; i < 15; i++) {
     const t0 = performance.now();
@@ -48,6 +50,7 @@ function makeWork() {
     const rounds = calibrate(0.0001);
     return async () => { spin(rounds); };
   }
+  const Redis = require('ioredis');
   const client = new Redis(process.env.BENCH_REDIS_URL);
   return async (seq) => {
     await client.pipeline().incr(COUNT_KEY).set(`bench:work:${seq}`, seq).exec();
