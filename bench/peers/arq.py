@@ -18,8 +18,11 @@ from . import _driver, _work
 from ._probe import REDIS_URL_ENV, job_started
 
 POLL_DELAY_S = 0.01
-# max_jobs per worker process, per kind of work: the fastest a sweep of drain found (2 processes).
-MAX_JOBS = {"noop": 64, "redis": 64, "io1ms": 64, "cpu100us": 64}
+# max_jobs per worker process, per kind of work. arq's own cost per job bounds it whatever the
+# concurrency; `python -m bench sweep --system arq --work WORK` (drain of 20,000, best of 2-3 rounds in
+# turns): redis 16 -> 1.89K jobs/s, 64 -> 1.89K, 128 -> 1.92K, 256 -> 1.92K; io1ms 32 -> 1.86K,
+# 64 -> 1.88K, 128 -> 1.90K, 256 -> 1.90K; cpu100us 16 -> 1.81K, 64 -> 1.78K, 128 -> 1.87K.
+MAX_JOBS = {"noop": 64, "redis": 256, "io1ms": 128, "cpu100us": 128}
 
 
 def redis_settings() -> RedisSettings:

@@ -16,8 +16,11 @@ from . import _driver, _work
 from ._probe import REDIS_URL_ENV, job_started
 
 PREFETCH_MULTIPLIER = 16
-# Prefork processes, per kind of work: the fastest a sweep of drain found.
-PROCESSES = {"noop": 2, "redis": 2, "io1ms": 2, "cpu100us": 2}
+# Prefork processes, per kind of work: 2 (one per core) for no-op jobs. `python -m bench sweep --system
+# celery --work WORK` (drain of 20,000 or 15 s, best of 2 rounds in turns): redis 2 -> 1.23K jobs/s,
+# 4 -> 1.27K, 8 -> 1.21K, 16 -> 1.20K; io1ms 2 -> 1.12K, 4 -> 1.26K, 8 -> 1.28K, 16 -> 1.26K;
+# cpu100us 2 -> 1.28K, 4 -> 1.32K, 8 -> 1.24K.
+PROCESSES = {"noop": 2, "redis": 4, "io1ms": 8, "cpu100us": 4}
 
 app = Celery("bench", broker=os.environ.get(REDIS_URL_ENV, "redis://127.0.0.1:6379/0"))
 app.conf.update(

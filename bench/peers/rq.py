@@ -16,8 +16,11 @@ from . import _driver, _work
 from ._probe import REDIS_URL_ENV, job_started
 
 FUNCTION = "bench.peers.rq.job"
-# SimpleWorker processes, per kind of work: the fastest a sweep of drain found.
-WORKERS = {"noop": 2, "redis": 2, "io1ms": 2, "cpu100us": 2}
+# SimpleWorker processes, per kind of work: 2 (one per core) for no-op jobs. `python -m bench sweep
+# --system rq --work WORK` (drain of 20,000 or 15 s, best of 2 rounds in turns): redis 2 -> 535 jobs/s,
+# 4 -> 633, 8 -> 553, 16 -> 480; io1ms 2 -> 459, 4 -> 581, 8 -> 579, 16 -> 497; cpu100us 2 -> 535,
+# 4 -> 624, 8 -> 565.
+WORKERS = {"noop": 2, "redis": 4, "io1ms": 4, "cpu100us": 4}
 
 WORK = _work.sync_work(1)
 

@@ -16,8 +16,11 @@ from saq import Queue
 from . import _driver, _work
 from ._probe import REDIS_URL_ENV, job_started
 
-# Jobs at a time per worker process, per kind of work: the fastest a sweep of drain found.
-CONCURRENCY = {"noop": 32, "redis": 32, "io1ms": 32, "cpu100us": 32}
+# Jobs at a time per worker process, per kind of work. `python -m bench sweep --system saq --work WORK`
+# (drain of 20,000, best of 2-3 rounds in turns): redis 4 -> 3.1K jobs/s, 8 -> 3.2K, 16 -> 3.2-3.4K,
+# 32 -> 3.0-3.2K, 64 -> 3.2K, 128 -> 2.7K; io1ms 16 -> 3.8K, 32 -> 3.9K, 64 -> 3.8K, 128 -> 3.1K;
+# cpu100us 8 -> 2.7K, 16 -> 2.9K, 32 -> 2.8K.
+CONCURRENCY = {"noop": 32, "redis": 16, "io1ms": 32, "cpu100us": 16}
 SCHEDULE_TIMER_S = 1
 
 

@@ -19,7 +19,11 @@ from ._probe import job_started
 # Per kind of work. Leases and results travel in batches of about a quarter of a worker's concurrency
 # (README), and a deeper pipeline amortizes every stage's fixed cost. No-op drain of 60,000, 2
 # dispatcher processes: 256 -> 13.2-13.8K jobs/s, 512 -> 16.6K, 1,024 -> 19.2-21.1K, 2,048 -> 18.8-19.4K.
-CONCURRENCY = {"noop": 1024, "redis": 1024, "io1ms": 1024, "cpu100us": 1024}
+# `python -m bench sweep --system shardq --work WORK` (drain of 20,000, best of 2-3 rounds in turns):
+# redis 128 -> 5.2K, 256 -> 6.6K, 512 -> 7.7K, 1,024 -> 7.8K, 2,048 -> 6.4K; io1ms 256 -> 11.5K,
+# 512 -> 16.0K, 1,024 -> 19.7-20.4K, 2,048 -> 21.8-23.5K, 4,096 -> 22.2K; cpu100us 256 -> 8.6K,
+# 512 -> 9.5K, 1,024 -> 9.6K.
+CONCURRENCY = {"noop": 1024, "redis": 1024, "io1ms": 2048, "cpu100us": 1024}
 
 
 def job_types() -> list[str]:
