@@ -1,7 +1,9 @@
 """The benchmark's command line.
 
     python -m bench run [--quick] [--peers arq,rq,celery,dramatiq,saq,bullmq|none]
-                        [--scenarios ingest,drain,latency,delay,scale,memory] [--out DIR]
+                        [--scenarios ingest,drain,latency,delay,scale,memory,drain-redis,...] [--out DIR]
+    python -m bench sweep --system NAME [--scenario drain|instant] [--work noop|redis|io1ms|cpu100us]
+                          --concurrency 10,50,200 [--repeat N] [--quick]
     python -m bench report DIR [--merge OTHER_DIR]
 
 Sets up everything itself (private redis-servers, PostgreSQL, dispatchers, each peer's venv or npm
@@ -9,6 +11,11 @@ folder under .bench-cache/) and writes results.json, results.md and PNG plots to
 bench/results/<date>/ unless --out says otherwise. ``--peers none --scenarios drain`` measures one
 scenario for shardq alone, which is what an optimisation loop wants; ``report DIR --merge OTHER``
 folds such a run's figures into a full run's results and rewrites its table and plots.
+
+The plain scenarios run no-op jobs (the queue's own cost per job); ``drain-WORK`` and
+``instant-WORK`` run jobs whose handlers make one Redis round trip (``redis``), wait 1 ms on I/O
+(``io1ms``) or spend 100 µs of CPU (``cpu100us``), each system at the concurrency its adapter pins
+for that work. ``sweep`` measures one system at several concurrencies, to find that one.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,7 +31,8 @@ from shardq_common.logs import configure as configure_logs
 
 from .run import Plan, merge, rewrite, run
 from .sizes import FULL, QUICK
-from .systems import ALL_SCENARIOS, PEERS
+from .sweep import SweepPlan, sweep
+from .systems import ALL_SCENARIOS, PEERS, QUICK_SCENARIOS, WORK_KINDS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -50,6 +59,16 @@ def _command(argv: list[str]) -> str:
     return shlex.join(["python", "-m", "bench", *shown])
 
 
+def _concurrencies(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise SystemExit(f"--concurrency {text!r}: comma-separated whole numbers, e.g. 10,50,200") from None
+    if not values or any(v < 1 for v in values):
+        raise SystemExit(f"--concurrency {text!r}: at least one value, each 1 or more")
+    return values
+
+
 def main(argv: list[str] | None = None) -> None:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=formatter)
@@ -59,12 +78,26 @@ def main(argv: list[str] | None = None) -> None:
         "--quick", action="store_true", help="small sizes: a shardq-only run in well under a minute"
     )
     cmd.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers, or none")
-    cmd.add_argument("--scenarios", default=",".join(ALL_SCENARIOS), help="comma-separated scenarios")
+    cmd.add_argument(
+        "--scenarios",
+        help=f"comma-separated scenarios (default: all; with --quick: {','.join(QUICK_SCENARIOS)})",
+    )
     cmd.add_argument("--out", type=Path, help="output folder (default bench/results/<YYYY-MM-DD>)")
     cmd.add_argument(
         "--dispatcher-processes", type=int, default=2,
         help="shardq dispatcher processes (default 2: `dispatcher run`'s default, the CPU count, on 2 cores)",
     )  # fmt: skip
+    swept = commands.add_parser(
+        "sweep", help="one scenario for one system at several worker concurrencies (jobs/s per value)"
+    )
+    swept.add_argument("--system", required=True, choices=("shardq", *PEERS))
+    swept.add_argument("--scenario", default="drain", choices=("drain", "instant"))
+    swept.add_argument("--work", default="redis", choices=("noop", *WORK_KINDS), help="the handlers' work")
+    swept.add_argument("--concurrency", required=True, help="comma-separated values, e.g. 10,50,200,1000")
+    swept.add_argument("--repeat", type=int, default=1, help="measure each value this many times (in turns)")
+    swept.add_argument("--quick", action="store_true", help="the quick sizes (a smoke test of the sweep)")
+    swept.add_argument("--out", type=Path, help="folder for the logs (default a temporary one)")
+    swept.add_argument("--dispatcher-processes", type=int, default=2, help="shardq dispatcher processes")
     report = commands.add_parser(
         "report",
         help="rewrite results.md and the plots of a run, optionally folding in another run's figures",
@@ -75,8 +108,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "report":
         _report(args.out, args.merge)
         return
+    if args.command == "sweep":
+        _sweep(args)
+        return
+    default_scenarios = QUICK_SCENARIOS if args.quick else ALL_SCENARIOS
     plan = Plan(
-        scenarios=_choices(args.scenarios, ALL_SCENARIOS, "scenarios"),
+        scenarios=_choices(args.scenarios or ",".join(default_scenarios), ALL_SCENARIOS, "scenarios"),
         peers=_choices(args.peers, PEERS, "peers"),
         sizes=QUICK if args.quick else FULL,
         quick=args.quick,
@@ -89,6 +126,24 @@ def main(argv: list[str] | None = None) -> None:
     print(f"results: {plan.out / 'results.json'}, {plan.out / 'results.md'}")
     for note in results.get("plots", {}).get("notes", []):
         print(note)
+
+
+def _sweep(args: argparse.Namespace) -> None:
+    if args.repeat < 1:
+        raise SystemExit(f"--repeat {args.repeat}: 1 or more")
+    plan = SweepPlan(
+        system=args.system,
+        scenario=args.scenario,
+        work=args.work,
+        concurrencies=_concurrencies(args.concurrency),
+        repeat=args.repeat,
+        sizes=QUICK if args.quick else FULL,
+        log_dir=args.out or Path(tempfile.mkdtemp(prefix="bench-sweep-")),
+        dispatcher_processes=args.dispatcher_processes,
+    )
+    configure_logs("warning", "console")
+    sweep(plan)
+    print(f"logs: {plan.log_dir}")
 
 
 def _report(out: Path, other: Path | None) -> None:

@@ -134,17 +134,19 @@ def _run_system(
         for name in plan.scenarios:
             if name not in system.scenarios:
                 continue
-            ctx = ScenarioContext(system, redis, plan.sizes, log_dir)
+            scenario = SCENARIOS[name]
+            ctx = ScenarioContext(system, redis, plan.sizes, log_dir, work=scenario.work)
             t0 = time.monotonic()
             try:
-                outcome = SCENARIOS[name](ctx)
+                outcome = scenario.run(ctx)
             except Exception as exc:
                 entry["errors"][name] = "".join(traceback.format_exception_only(exc)).strip()
-                print(f"   {name:8} FAILED: {entry['errors'][name].splitlines()[0]}", flush=True)
+                print(f"   {name:14} FAILED: {entry['errors'][name].splitlines()[0]}", flush=True)
             else:
                 entry["scenarios"][name] = outcome.figures
                 samples.update(outcome.samples)
-                print(f"   {name:8} {time.monotonic() - t0:6.1f} s  {_headline(outcome.figures)}", flush=True)
+                took = time.monotonic() - t0
+                print(f"   {name:14} {took:6.1f} s  {_headline(outcome.figures)}", flush=True)
             _write_json(plan.out, results)
     finally:
         redis.stop()

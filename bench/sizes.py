@@ -15,6 +15,10 @@ class Sizes:
     #: 100 jobs/s would otherwise take 17 minutes for 100,000)
     ingest_max_seconds: float = 30.0
     drain_jobs: int = 50_000
+    #: drains whose jobs do work (a Redis round trip, 1 ms of I/O, 100 µs of CPU) stop this long
+    #: after their first start and report the rate over the jobs started by then
+    drain_work_jobs: int = 20_000
+    drain_work_max_seconds: float = 15.0
     worker_processes: int = 2
     steady_rate: float = 116.0
     steady_seconds: float = 60.0
@@ -50,6 +54,8 @@ QUICK = Sizes(
     ingest_bulk_jobs=3_000,
     ingest_max_seconds=1.5,
     drain_jobs=2_000,
+    drain_work_jobs=1_000,
+    drain_work_max_seconds=5.0,
     steady_seconds=1.5,
     burst_seconds=0.2,
     instant_jobs=100,

@@ -21,7 +21,13 @@ from .infra.postgres import Postgres
 from .infra.redis_server import PrivateRedis
 
 ROOT = Path(__file__).resolve().parents[1]
-ALL_SCENARIOS = ("ingest", "drain", "latency", "delay", "scale", "memory")
+#: the kinds of work the realistic-handler scenarios' jobs do (bench.peers._work); the plain
+#: scenarios run no-op jobs
+WORK_KINDS = ("redis", "io1ms", "cpu100us")
+WORK_SCENARIOS = tuple(f"{family}-{work}" for family in ("drain", "instant") for work in WORK_KINDS)
+ALL_SCENARIOS = ("ingest", "drain", "latency", "delay", "scale", "memory", *WORK_SCENARIOS)
+#: a quick run's default: every no-op scenario and one small realistic drain
+QUICK_SCENARIOS = ("ingest", "drain", "latency", "delay", "scale", "memory", "drain-redis")
 PEERS = ("arq", "rq", "celery", "dramatiq", "saq", "bullmq")
 #: Each Python peer's requirements (saq needs typing_extensions named by hand).
 PEER_REQUIREMENTS = {
@@ -130,7 +136,7 @@ def make_systems(peers: list[str], postgres: Postgres | None, processes: int) ->
         Shardq("shardq", ALL_SCENARIOS, postgres=postgres, processes=processes),
         Shardq("shardq-sqlite", ("ingest",), store="sqlite", processes=processes),
     ]
-    peer_scenarios = ("ingest", "drain", "latency", "delay", "memory")  # scale: shardq only
+    peer_scenarios = ("ingest", "drain", "latency", "delay", "memory", *WORK_SCENARIOS)  # scale: shardq only
     for peer in peers:
         peer_class = BullmqPeer if peer == "bullmq" else PythonPeer
         systems.append(peer_class(peer, peer_scenarios))

@@ -6,6 +6,10 @@ prints ``BENCH-RESULT {json}`` as its last line. Actions: ``versions``, ``ingest
 ``drain``, ``lease``, ``latency``, ``delay``. Start times are not measured here: worker handlers
 record them (``_probe``) and the harness reads them from Redis; the driver only enqueues, starts and
 stops workers, and reports when each phase began and ended and which job numbers it used.
+
+Every action's parameters may name the ``work`` the handlers do (``_work``; default ``noop``) and the
+workers' ``concurrency`` (default: the system's pinned concurrency for that work); the answer says
+which were used.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from typing import Any, NamedTuple
 import redis
 
 from ._probe import REDIS_URL_ENV, STARTS_KEY
+from ._work import CONCURRENCY_ENV, COUNT_KEY, KINDS, WORK_ENV
 
 RESULT_PREFIX = "BENCH-RESULT "
 WARM_UP_JOBS = 4
 MAX_IN_FLIGHT = 64
+#: how long the last jobs' Redis work may take to land after they started
+WORK_SETTLE_S = 30.0
 
 
 class InFlight:
@@ -72,6 +79,12 @@ class Adapter:
     packages: tuple[str, ...] = ()
     #: how the system is configured for the benchmark, reported with the results
     settings: dict[str, Any] = {}
+    #: the workers' concurrency per kind of work: each the fastest a sweep found (``python -m bench
+    #: sweep``); ``concurrency_means`` says what the number counts for this system
+    concurrency: dict[str, int] = {}
+    concurrency_means = "jobs each worker process runs at once"
+    #: the concurrency the workers of this action run at (set before any worker starts)
+    worker_concurrency = 0
 
     async def open(self) -> None: ...
 
@@ -86,8 +99,13 @@ class Adapter:
         raise NotImplementedError
 
     def worker_commands(self, processes: int) -> list[list[str]]:
-        """argv lists whose processes together make ``processes`` worker processes."""
+        """argv lists whose processes together make ``processes`` worker processes, running
+        ``worker_concurrency`` jobs as ``concurrency_means`` says."""
         raise NotImplementedError
+
+    def described_settings(self) -> dict[str, Any]:
+        return {**self.settings, "worker_concurrency": self.concurrency,
+                "worker_concurrency_means": self.concurrency_means}  # fmt: skip
 
 
 class Workers:
@@ -141,6 +159,17 @@ class Driver:
             await asyncio.sleep(0.01)
         return True
 
+    async def settle_work(self) -> None:
+        """With ``redis`` work, wait (briefly) until every started job's round trip landed, so the
+        workers are not stopped under the last ones and the harness can count them."""
+        if os.environ.get(WORK_ENV) != "redis":
+            return
+        deadline = time.monotonic() + WORK_SETTLE_S
+        while int(self.redis.get(COUNT_KEY) or 0) < self.starts():
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.01)
+
     async def enqueue_batches(self, first_seq: int, jobs: int, batch: int) -> None:
         for start in range(first_seq, first_seq + jobs, batch):
             now = time.time()
@@ -171,7 +200,8 @@ class Driver:
                 found[name] = importlib.metadata.version(name)
             except importlib.metadata.PackageNotFoundError:
                 found[name] = None
-        return {"versions": found, "settings": self.adapter.settings, "python": sys.version.split()[0]}
+        return {"versions": found, "settings": self.adapter.described_settings(),
+                "python": sys.version.split()[0]}  # fmt: skip
 
     async def ingest(self, params: dict[str, Any]) -> dict[str, Any]:
         """Enqueue ``jobs``, or as many as fit in ``max_seconds``: a slow system is measured on fewer.
@@ -206,18 +236,27 @@ class Driver:
         return {"jobs": params["jobs"], "seconds": time.perf_counter() - t0}
 
     async def drain(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Pre-queue ``jobs`` (unless ``prequeued``), then let the workers run them."""
+        """Pre-queue ``jobs`` (unless ``prequeued``), then let the workers run them; with
+        ``max_seconds``, stop that long after the first start (``capped``: a slow system is measured
+        on the jobs it started by then)."""
         t0 = time.perf_counter()
         if not params.get("prequeued"):
             await self.enqueue_batches(0, params["jobs"], params["batch"])
         prequeue_s = time.perf_counter() - t0
         base = self.starts()
         workers = await self.start_workers(params["processes"], warm_up=False)
+        capped = False
         try:
-            done = await self.wait_starts(base + params["jobs"], params["timeout"])
+            if "max_seconds" in params:
+                begun = await self.wait_starts(base + 1, params["timeout"])
+                done = begun and await self.wait_starts(base + params["jobs"], params["max_seconds"])
+                capped = begun and not done
+            else:
+                done = await self.wait_starts(base + params["jobs"], params["timeout"])
+            await self.settle_work()
         finally:
             workers.stop()
-        return {"jobs": params["jobs"], "prequeue_seconds": prequeue_s, "complete": done}
+        return {"jobs": params["jobs"], "prequeue_seconds": prequeue_s, "complete": done, "capped": capped}
 
     async def latency(self, params: dict[str, Any]) -> dict[str, Any]:
         base = self.starts() + WARM_UP_JOBS
@@ -273,6 +312,7 @@ class Driver:
             sequential = await self._one_after_another(
                 instant["seq_end"], params["sequential_jobs"], params["sequential_delay_s"]
             )
+            await self.settle_work()
         finally:
             workers.stop()
         return {"instant": instant, "sequential": sequential, "complete": in_time and sequential["complete"]}
@@ -332,9 +372,15 @@ async def _run(adapter: Adapter, action: str, params: dict[str, Any]) -> dict[st
     driver = Driver(adapter)
     if action == "versions":
         return await driver.versions(params)
+    work = params.get("work", "noop")
+    if work not in KINDS:
+        raise ValueError(f"work {work!r}: choose from {', '.join(KINDS)}")
+    adapter.worker_concurrency = params.get("concurrency") or adapter.concurrency[work]
+    os.environ[WORK_ENV] = work  # the workers this driver starts inherit both
+    os.environ[CONCURRENCY_ENV] = str(adapter.worker_concurrency)
     await adapter.open()
     try:
         result: dict[str, Any] = await getattr(driver, action)(params)
-        return result
     finally:
         await adapter.close()
+    return {**result, "work": work, "worker_concurrency": adapter.worker_concurrency}

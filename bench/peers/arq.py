@@ -1,6 +1,6 @@
 """arq's driver: ``enqueue_job`` per job; arq has no bulk API, so a batch is concurrent
 ``enqueue_job`` calls on one pool (what its docs suggest). Workers poll every 10 ms (the 0.5 s
-default would dominate every latency) and run up to 64 jobs each."""
+default would dominate every latency) and run up to ``max_jobs`` jobs each (MAX_JOBS)."""
 
 from __future__ import annotations
 
@@ -14,31 +14,41 @@ from arq import create_pool
 from arq.connections import RedisSettings
 from arq.worker import run_worker
 
-from . import _driver
+from . import _driver, _work
 from ._probe import REDIS_URL_ENV, job_started
 
 POLL_DELAY_S = 0.01
-MAX_JOBS = 64
+# max_jobs per worker process, per kind of work. arq's own cost per job bounds it whatever the
+# concurrency; `python -m bench sweep --system arq --work WORK` (drain of 20,000, best of 2-3 rounds in
+# turns): redis 16 -> 1.89K jobs/s, 64 -> 1.89K, 128 -> 1.92K, 256 -> 1.92K; io1ms 32 -> 1.86K,
+# 64 -> 1.88K, 128 -> 1.90K, 256 -> 1.90K; cpu100us 16 -> 1.81K, 64 -> 1.78K, 128 -> 1.87K.
+MAX_JOBS = {"noop": 64, "redis": 256, "io1ms": 128, "cpu100us": 128}
 
 
 def redis_settings() -> RedisSettings:
     return RedisSettings.from_dsn(os.environ[REDIS_URL_ENV])
 
 
-async def noop(ctx: dict[str, Any], seq: int, t_enqueued: float, run_at: float) -> None:
+WORK = _work.async_work(_work.concurrency(MAX_JOBS))
+
+
+async def job(ctx: dict[str, Any], seq: int, t_enqueued: float, run_at: float) -> None:
     job_started(seq, t_enqueued, run_at)
+    if WORK is not None:
+        await WORK(seq)
 
 
 class WorkerSettings:
-    functions = [noop]
+    functions = [job]
     poll_delay = POLL_DELAY_S
-    max_jobs = MAX_JOBS
+    max_jobs = _work.concurrency(MAX_JOBS)
 
 
 class ArqAdapter(_driver.Adapter):
     packages = ("arq", "redis")
-    settings = {"poll_delay_s": POLL_DELAY_S, "max_jobs": MAX_JOBS,
-                "bulk": "asyncio.gather of enqueue_job (no bulk API)"}  # fmt: skip
+    settings = {"poll_delay_s": POLL_DELAY_S, "bulk": "asyncio.gather of enqueue_job (no bulk API)"}
+    concurrency = MAX_JOBS
+    concurrency_means = "max_jobs of each worker process"
 
     async def open(self) -> None:
         self.pool = await create_pool(redis_settings())
@@ -48,7 +58,7 @@ class ArqAdapter(_driver.Adapter):
 
     async def enqueue(self, job: _driver.Job) -> None:
         defer = datetime.fromtimestamp(job.run_at, UTC) if job.run_at else None
-        await self.pool.enqueue_job("noop", *job, _defer_until=defer)
+        await self.pool.enqueue_job("job", *job, _defer_until=defer)
 
     async def enqueue_batch(self, jobs: list[_driver.Job]) -> None:
         await asyncio.gather(*(self.enqueue(job) for job in jobs))

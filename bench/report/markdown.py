@@ -64,6 +64,15 @@ def _notes(results: dict[str, Any]) -> list[str]:
         "best peer on that row; — means not measured for that system (shardq-sqlite runs ingest only; "
         "scale and dispatcher RSS are shardq's).",
     ]
+    if any("-" in scenario for scenario in results["scenarios"]):
+        notes.append(
+            "Rows with no-op jobs measure the queue's own cost per job: the handler only records its start. "
+            "Rows naming a handler's work measure what jobs that do a little work get: one pipelined Redis "
+            "round trip (INCR + SET, to the system's own Redis; async client in async workers, sync in "
+            "sync ones), 1 ms of I/O wait, or about 100 µs of pure-Python CPU (JavaScript for BullMQ), "
+            "each system at the worker concurrency a sweep found fastest for that work "
+            "(`python -m bench sweep`; the values used are below)."
+        )
     for merged in results.get("merged", []):
         replaced = "; ".join(f"{n}: {', '.join(s)}" for n, s in merged["replaced"].items())
         run = f"`{merged['command']}`, {merged['started_at']}"
@@ -74,9 +83,29 @@ def _notes(results: dict[str, Any]) -> list[str]:
             notes.append(f"{name}: {versions}; Redis {system.get('redis_version', '?')}.")
         if "error" in system:
             notes.append(f"{name}: {system['error'].splitlines()[0]}")
+        if used := _concurrency_used(system):
+            means = system.get("settings", {}).get("worker_concurrency_means", "worker concurrency")
+            notes.append(f"{name} workers ({means}): {used}.")
+        for scenario, figures in system.get("scenarios", {}).items():
+            if figures.get("capped"):
+                stopped = f"stopped {figures['max_seconds']:g} s after its first start"
+                notes.append(
+                    f"{name} {scenario}: {stopped}, {figures['started']:,} of {figures['jobs']:,} started."
+                )
         for scenario, error in system.get("errors", {}).items():
             notes.append(f"{name} {scenario}: {error.splitlines()[-1][:300]}")
     return notes
+
+
+def _concurrency_used(system: dict[str, Any]) -> str:
+    """Each kind of work's concurrency, as the scenarios ran it, e.g. "no-op jobs 200, redis 50"."""
+    used: dict[str, set[int]] = {}
+    for figures in system.get("scenarios", {}).values():
+        if "worker_concurrency" in figures:
+            used.setdefault(figures["work"], set()).add(figures["worker_concurrency"])
+    names = {"noop": "no-op jobs"}
+    return ", ".join(f"{names.get(work, work)} {'/'.join(f'{c:,}' for c in sorted(values))}"
+                     for work, values in used.items())  # fmt: skip
 
 
 def write_markdown(path: Path, results: dict[str, Any]) -> None:

@@ -10,8 +10,13 @@ THROUGHPUT = [
     ("ingest", "one_jobs_per_s", "ingest, one at a time"),
     ("ingest", "pipelined_jobs_per_s", "ingest, one per call, 64 in flight"),
     ("ingest", "bulk_jobs_per_s", "ingest, bulk"),
-    ("drain", "jobs_per_s", "drain, 2 worker processes"),
+    ("drain", "jobs_per_s", "drain, no-op jobs"),
+    ("drain-redis", "jobs_per_s", "drain, a Redis round trip per job"),
+    ("drain-io1ms", "jobs_per_s", "drain, 1 ms of I/O per job"),
+    ("drain-cpu100us", "jobs_per_s", "drain, ~100 µs of CPU per job"),
 ]
+#: panels per row of the throughput figure
+COLUMNS = 4
 
 
 def write_plots(
@@ -42,8 +47,12 @@ def _throughput(plt: Any, path: Path, results: dict[str, Any]) -> bool:
             panels.append((title, bars))
     if not panels:
         return False
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.5), squeeze=False)
-    for ax, (title, bars) in zip(axes[0], panels, strict=True):
+    columns = min(COLUMNS, len(panels))
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 4.5 * rows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (title, bars) in zip(axes.flat, panels, strict=False):
         colours = ["tab:red" if name.startswith("shardq") else "tab:blue" for name in bars]
         ax.bar(list(bars), list(bars.values()), color=colours)
         ax.set_title(title)

@@ -1,4 +1,4 @@
-"""What a scenario gets (the system, its Redis, the sizes) and what it gives back."""
+"""What a scenario gets (the system, its Redis, the sizes, the handlers' work) and what it gives back."""
 
 from __future__ import annotations
 
@@ -17,9 +17,20 @@ class ScenarioContext:
     redis: PrivateRedis
     sizes: Sizes
     log_dir: Path
+    #: what each job's handler does (bench.peers._work.KINDS)
+    work: str = "noop"
+    #: the workers' concurrency; None: the system's pinned one for ``work``
+    concurrency: int | None = None
 
     def stack(self):  # type: ignore[no-untyped-def]
         return self.system.stack(self.redis, self.log_dir)
+
+    def work_params(self) -> dict[str, Any]:
+        """What a driver action is told about the handlers' work."""
+        params: dict[str, Any] = {"work": self.work}
+        if self.concurrency is not None:
+            params["concurrency"] = self.concurrency
+        return params
 
 
 @dataclass

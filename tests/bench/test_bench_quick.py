@@ -12,11 +12,12 @@ import pytest
 
 from tests.support.processes import ROOT, _env
 
-SCENARIOS = ["ingest", "drain", "latency", "delay", "scale", "memory"]
+SCENARIOS = ["ingest", "drain", "latency", "delay", "scale", "memory", "drain-redis"]
 #: one figure per scenario that must be a positive number
 FIGURES = {
     "ingest": [("one_jobs_per_s",), ("pipelined_jobs_per_s",), ("bulk_jobs_per_s",)],
     "drain": [("jobs_per_s",)],
+    "drain-redis": [("jobs_per_s",)],
     "latency": [("steady", "p99_ms"), ("burst", "p99_ms"), ("burst", "clear_s")],
     "delay": [("instant", "p99_ms"), ("sequential", "p99_ms")],
     "scale": [("small", "lease_jobs_per_s"), ("large", "lease_jobs_per_s")],
@@ -44,6 +45,10 @@ def test_quick_run_for_shardq_alone_reports_every_scenario(tmp_path: Path) -> No
             value = _figure(shardq["scenarios"][scenario], path)
             assert isinstance(value, (int, float)) and value >= 0, (scenario, path, value)
     assert shardq["scenarios"]["drain"]["complete"], shardq["scenarios"]["drain"]
+    realistic = shardq["scenarios"]["drain-redis"]
+    assert realistic["complete"] and realistic["work"] == "redis", realistic
+    assert realistic["redis_round_trips"] >= realistic["started"], realistic  # every handler made its trip
+    assert realistic["worker_concurrency"] == shardq["settings"]["worker_concurrency"]["redis"]
     assert results["systems"]["shardq-sqlite"]["scenarios"]["ingest"]["bulk_jobs_per_s"] > 0
     assert results["machine"]["cores"] and results["machine"]["cpu_model"]
     assert (tmp_path / "results.md").read_text().startswith("| scenario | shardq |")

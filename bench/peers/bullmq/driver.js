@@ -1,6 +1,7 @@
 // BullMQ's driver: the same actions, parameters and answers as bench/peers/_driver.py.
 //   node driver.js ACTION 'PARAMS_JSON'   → prints "BENCH-RESULT {json}" last.
-// One call per job is Queue.add, a batch is Queue.addBulk; workers are worker.js processes.
+// One call per job is Queue.add, a batch is Queue.addBulk; workers are worker.js processes, doing the
+// `work` the parameters name (work.js) at the `concurrency` they name or the pinned one (settings.js).
 'use strict';
 const { spawn } = require('child_process');
 const path = require('path');
@@ -8,9 +9,11 @@ const Redis = require('ioredis');
 const { Queue } = require('bullmq');
 const { STARTS_KEY, nowSeconds } = require('./probe');
 const { connection, QUEUE, CONCURRENCY, DEFAULT_JOB_OPTIONS } = require('./settings');
+const { KINDS, COUNT_KEY } = require('./work');
 
 const WARM_UP_JOBS = 4;
 const MAX_IN_FLIGHT = 64;
+const WORK_SETTLE_S = 30;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const sleepUntil = (t) => sleep(Math.max(0, (t - nowSeconds()) * 1000));
 
@@ -29,7 +32,7 @@ class Driver {
 
   job(seq, tEnqueued, runAt) {
     const opts = runAt ? { delay: Math.max(0, Math.round((runAt - nowSeconds()) * 1000)) } : {};
-    return { name: 'noop', data: { s: seq, e: tEnqueued, r: runAt }, opts };
+    return { name: 'job', data: { s: seq, e: tEnqueued, r: runAt }, opts };
   }
 
   async enqueue(seq, tEnqueued, runAt) {
@@ -56,6 +59,16 @@ class Driver {
       await sleep(10);
     }
     return true;
+  }
+
+  // With redis work, wait (briefly) until every started job's round trip landed, so the workers are
+  // not stopped under the last ones and the harness can count them.
+  async settleWork() {
+    if (process.env.BENCH_WORK !== 'redis') return;
+    const deadline = Date.now() + WORK_SETTLE_S * 1000;
+    while (Number((await this.redis.get(COUNT_KEY)) || 0) < (await this.starts()) && Date.now() < deadline) {
+      await sleep(10);
+    }
   }
 
   async enqueueBatches(firstSeq, jobs, batch, runAt = 0) {
@@ -99,8 +112,9 @@ class Driver {
     const version = (name) => require(`${name}/package.json`).version;
     return {
       versions: { bullmq: version('bullmq'), ioredis: version('ioredis') },
-      settings: { worker_processes_concurrency: CONCURRENCY, default_job_options: DEFAULT_JOB_OPTIONS,
-                  bulk: 'Queue.addBulk' },
+      settings: { default_job_options: DEFAULT_JOB_OPTIONS, bulk: 'Queue.addBulk',
+                  worker_concurrency: CONCURRENCY,
+                  worker_concurrency_means: 'concurrency of each worker process' },
       node: process.version,
     };
   }
@@ -153,8 +167,18 @@ class Driver {
     const base = await this.starts();
     const workers = this.startWorkers(p.processes);
     try {
-      const complete = await this.waitStarts(base + p.jobs, p.timeout);
-      return { jobs: p.jobs, prequeue_seconds: prequeue, complete };
+      let complete;
+      let capped = false;
+      if (p.max_seconds !== undefined) {
+        // Stop max_seconds after the first start: a slow system is measured on the jobs it started.
+        const begun = await this.waitStarts(base + 1, p.timeout);
+        complete = begun && (await this.waitStarts(base + p.jobs, p.max_seconds));
+        capped = begun && !complete;
+      } else {
+        complete = await this.waitStarts(base + p.jobs, p.timeout);
+      }
+      await this.settleWork();
+      return { jobs: p.jobs, prequeue_seconds: prequeue, complete, capped };
     } finally {
       await this.stopWorkers(workers);
     }
@@ -239,6 +263,7 @@ class Driver {
         await sleep(20);
       }
       const sequential = { ...phase(instant.seq_end, p.sequential_jobs, 0, t0, nowSeconds()), complete };
+      await this.settleWork();
       return { instant, sequential, complete: inTime && complete };
     } finally {
       await this.stopWorkers(workers);
@@ -271,9 +296,16 @@ function phase(firstSeq, count, failed, start, end) {
 
 async function main() {
   const [action, raw] = process.argv.slice(2);
+  const params = raw ? JSON.parse(raw) : {};
+  const work = params.work || 'noop';
+  if (!KINDS.includes(work)) throw new Error(`work ${work}: choose from ${KINDS.join(', ')}`);
+  const concurrency = params.concurrency || CONCURRENCY[work];
+  process.env.BENCH_WORK = work; // the workers this driver starts inherit both
+  process.env.BENCH_CONCURRENCY = String(concurrency);
   const driver = new Driver();
   try {
-    const result = await driver[action](raw ? JSON.parse(raw) : {});
+    let result = await driver[action](params);
+    if (action !== 'versions') result = { ...result, work, worker_concurrency: concurrency };
     process.stdout.write(`BENCH-RESULT ${JSON.stringify(result)}\n`);
   } finally {
     await driver.close();
