@@ -8,7 +8,6 @@ import asyncio
 import pytest
 
 from shardmap import shard_for
-from shardq_common.pb import shardq_pb2 as pb
 from tests.support.raw_worker import RawWorker
 from tests.support.shard_map import settled_view
 from tests.support.wait import wait_for, wait_until
@@ -47,7 +46,7 @@ async def _reclaim_then_close_the_old_stream(old_target: str, new_target: str) -
         dropped = await client.enqueue(JOB_TYPE, {"n": 2}, lease_ttl=LONG_TTL)
         await old.hello("owner", [JOB_TYPE], concurrency=2)
         await old.credit(2)
-        refs = {lease.ref.job_id: lease.ref for lease in await _leases(old, 2)}
+        refs = {lease.ref.job_id: lease.ref for lease in await old.leases(2)}
         assert set(refs) == {kept, dropped}
         await new.hello("owner", [JOB_TYPE], concurrency=2, held=[refs[kept]])
         reclaimed = (await new.next_of("extended")).leases
@@ -68,13 +67,6 @@ async def _reclaim_then_close_the_old_stream(old_target: str, new_target: str) -
         await old.close()
         await new.close()
         await client.close()
-
-
-async def _leases(worker: RawWorker, n: int) -> list[pb.Lease]:
-    got: list[pb.Lease] = []
-    while len(got) < n:
-        got += (await worker.next_of("leases")).leases
-    return got
 
 
 async def _expirations(client: AsyncClient, job_id: str) -> int:

@@ -85,18 +85,11 @@ async def test_results_carry_the_credit_they_free(dispatcher):
         welcome = await worker.hello("piggy", ["piggy"], concurrency=2)
         assert welcome.protocol >= 2
         await worker.credit(2)
-        first = await _leases(worker, 2)
+        first = await worker.leases(2)
         acks = pb.Acks(acks=[pb.Ack(lease=lease.ref) for lease in first])
         await worker.send(acks=acks, then_credit=2)
-        second = await _leases(worker, 2)
+        second = await worker.leases(2)
         assert {lease.ref.job_id for lease in first}.isdisjoint(lease.ref.job_id for lease in second)
     finally:
         await worker.close()
         await client.close()
-
-
-async def _leases(worker: RawWorker, count: int) -> list[pb.Lease]:
-    leases: list[pb.Lease] = []
-    while len(leases) < count:
-        leases.extend((await worker.next_of("leases")).leases)
-    return leases

@@ -57,6 +57,13 @@ class RawWorker:
                 if message.WhichOneof("msg") == kind:
                     return getattr(message, kind)
 
+    async def leases(self, count: int, timeout: float = 10.0) -> list[pb.Lease]:
+        """Read until ``count`` leases have come (in one message or several); return them."""
+        got: list[pb.Lease] = []
+        while len(got) < count:
+            got.extend((await self.next_of("leases", timeout)).leases)
+        return got
+
     async def close(self) -> None:
         self.call.cancel()
         await self.channel.close()
