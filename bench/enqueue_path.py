@@ -30,9 +30,7 @@ from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from worker_sdk import AsyncClient, Client
 
-from .infra.dispatcher import Dispatcher
-from .infra.postgres import Postgres
-from .infra.redis_server import PrivateRedis
+from .infra.stack import shardq_stack
 
 TYPES = [f"noop{i}" for i in range(8)]
 
@@ -112,36 +110,24 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--calls", type=int, default=2000)
     args = parser.parse_args()
-    redis_server = PrivateRedis().start()
-    postgres = Postgres().start()
-    database = postgres.new_database()
-    dispatcher = None
-    logs = tempfile.TemporaryDirectory()
-    try:
-        dispatcher = Dispatcher(redis_server.url, database.url, Path(logs.name), args.processes).start()
-        asyncio.run(_floors(redis_server.url, database.url, dispatcher.target, args.calls))
-        with grpc.insecure_channel(dispatcher.target) as channel:
+    with tempfile.TemporaryDirectory() as logs, shardq_stack(Path(logs), args.processes) as stack:
+        target = stack.dispatcher.target
+        asyncio.run(_floors(stack.redis_url, stack.db_url, target, args.calls))
+        with grpc.insecure_channel(target) as channel:
             stub = pb_grpc.JobServiceStub(channel)
             _summary(
                 "grpc blocking unary GetVersion",
                 _sync_timed(lambda: stub.GetVersion(pb.GetVersionRequest()), args.calls),
             )
         for route in (True, False):
-            with Client(dispatcher.target, route=route) as client:
+            with Client(target, route=route) as client:
                 seq = iter(range(10**9))
                 samples = _sync_timed(
                     lambda client=client, seq=seq: client.enqueue(TYPES[next(seq) % len(TYPES)], {"s": 1}),
                     args.calls,
                 )
                 _summary(f"Client(route={route}).enqueue, one at a time", samples)
-        asyncio.run(_async_client(dispatcher.target, args.calls))
-    finally:
-        if dispatcher is not None:
-            dispatcher.stop()
-        logs.cleanup()
-        database.drop()
-        postgres.stop()
-        redis_server.stop()
+        asyncio.run(_async_client(target, args.calls))
 
 
 if __name__ == "__main__":

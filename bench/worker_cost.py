@@ -30,9 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .infra.dispatcher import Dispatcher
-from .infra.postgres import Postgres
-from .infra.redis_server import PrivateRedis
+from .infra.stack import shardq_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB_TYPES = [f"cost{i}" for i in range(8)]
@@ -124,14 +122,9 @@ def _summarize(raw: Path) -> list[tuple[str, float]]:
 
 def measure(kind: str, jobs: int, concurrency: int, profile: Path | None) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="shardq-worker-cost-"))
-    redis_server = PrivateRedis().start()
-    postgres = Postgres().start()
-    database = postgres.new_database()
-    dispatcher = Dispatcher(redis_server.url, database.url, logs / "dispatcher", processes=2)
-    try:
-        dispatcher.start()
-        _fill(dispatcher.target, jobs)
-        env = {**os.environ, "SHARDQ_TARGET": dispatcher.target, "SHARDQ_LOG_LEVEL": "warning"}
+    with shardq_stack(logs / "dispatcher") as stack:
+        _fill(stack.dispatcher.target, jobs)
+        env = {**os.environ, "SHARDQ_TARGET": stack.dispatcher.target, "SHARDQ_LOG_LEVEL": "warning"}
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         argv = [sys.executable, "-m", "bench.worker_cost", "--worker", kind, "--jobs", str(jobs),
                 "--concurrency", str(concurrency)]  # fmt: skip
@@ -141,15 +134,10 @@ def measure(kind: str, jobs: int, concurrency: int, profile: Path | None) -> dic
         finally:
             worker.terminate()
             worker.wait(30)
-        if not result:
-            raise RuntimeError(f"the worker printed no result; logs kept in {logs}")
-        shutil.rmtree(logs, ignore_errors=True)
-        return result
-    finally:
-        dispatcher.stop()
-        database.drop()
-        postgres.stop()
-        redis_server.stop()
+    if not result:
+        raise RuntimeError(f"the worker printed no result; logs kept in {logs}")
+    shutil.rmtree(logs, ignore_errors=True)
+    return result
 
 
 def _read_result(worker: subprocess.Popen[str], kind: str, profile: Path | None) -> dict[str, Any]:
