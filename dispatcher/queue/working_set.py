@@ -79,6 +79,7 @@ class Grant:
     run_at_ms: int
     enqueued_at_ms: int
     payload: bytes
+    concurrency_key: str = ""
 
 
 @dataclass(slots=True)
@@ -94,6 +95,7 @@ class Transition:
     expirations: int = 0
     dead_reason: str = ""
     job_type: str = field(default="", compare=False)  # when the script reports it (for metrics)
+    rate_limited: int = 0  # times its handler raised RateLimited, when a nack reports it
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,10 @@ class NackSpec:
     token: str
     final_reason: str = ""  # '' retryable, else a DeadReason value
     delay_ms: int = -1
+    #: The handler raised RateLimited: back after delay_ms, the attempt not charged, counted apart.
+    rate_limited: bool = False
+    #: With rate_limited: the job's concurrency key (its type without one) leases nothing until then.
+    hold_siblings: bool = False
 
 
 @dataclass(frozen=True)
