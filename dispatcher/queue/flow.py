@@ -143,7 +143,9 @@ def _rate(rate: Rate | None, field: str) -> None:
     if rate is None:
         return
     if not (math.isfinite(rate.per_s) and MIN_RATE_PER_S <= rate.per_s <= MAX_RATE_PER_S):
-        raise InvalidArgument(f"{field}.per_s: {rate.per_s} is not a rate: give {MIN_RATE_PER_S}..{MAX_RATE_PER_S:g}")
+        raise InvalidArgument(
+            f"{field}.per_s: {rate.per_s} is not a rate: give {MIN_RATE_PER_S}..{MAX_RATE_PER_S:g}"
+        )
     if not 1 <= rate.burst <= MAX_BURST:
         raise InvalidArgument(f"{field}.burst: {rate.burst} is not a burst: give 1..{MAX_BURST}")
 

@@ -100,9 +100,9 @@ class ShardKeys:
         return f"{self.tag}:keyed"
 
     @property
-    def key_vtime(self) -> str:
-        """Hash: '<class>:<type>' -> the virtual time of the keys' round robin (the score of the
-        key served last): a key that gets ready jobs joins the round at it."""
+    def key_turns(self) -> str:
+        """Hash: '<class>:<type>' -> the last turn number given in the keys' round robin: a key
+        joins the round, or goes back to it after its turn, with the next one (at the back)."""
         return f"{self.tag}:kvt"
 
     @property
@@ -113,8 +113,23 @@ class ShardKeys:
 
     def eligible_keys(self, job_type: str, priority: Priority | int) -> str:
         """Sorted set: the concurrency keys of one type and class with ready jobs that may lease now,
-        scored by virtual time (the lowest goes next); '' stands for the type's jobs without a key."""
+        scored by turn number (the lowest goes next); '' stands for the type's jobs without a key."""
         return f"{self.tag}:kq:{int(priority)}:{job_type}"
+
+    def blocked_keys(self, job_type: str, priority: Priority | int) -> str:
+        """Sorted set: keys with ready jobs at their concurrency limit, out of the round until one of
+        their leases ends or the type's settings change."""
+        return f"{self.tag}:kb:{int(priority)}:{job_type}"
+
+    @property
+    def key_settings_seen(self) -> str:
+        """Hash: '<class>:<type>' -> the type's packed settings its blocked keys were last weighed
+        against: when they differ, the blocked keys rejoin the round to be weighed again."""
+        return f"{self.tag}:kcfg"
+
+    def key_turns_taken(self, job_type: str, priority: Priority | int) -> str:
+        """Hash: weighted key -> leases it took in a row at the head of the round (up to its weight)."""
+        return f"{self.tag}:kturn:{int(priority)}:{job_type}"
 
     def waiting_keys(self, job_type: str, priority: Priority | int) -> str:
         """Sorted set: keys with ready jobs waiting for their rate limit, scored by when (ms)."""

@@ -200,7 +200,8 @@ class WorkingSet:
             job_args += [job.id, rec.pack(state), job.payload, group, rec.run_at_ms]
         keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.seq, k.types, k.cancelled_unqueued]
         keys += [
-            k.key_ready(job_type, cls, key) if key else k.ready(job_type, cls) for job_type, cls, key in groups
+            k.key_ready(job_type, cls, key) if key else k.ready(job_type, cls)
+            for job_type, cls, key in groups
         ]
         header = [epoch, now, len(groups), *(x for group in groups for x in group)]
         result = await self.scripts.enqueue(keys=keys, args=header + job_args)

@@ -24,10 +24,10 @@ leased set and the counts.
 
 Flow control (flow.py, includes/flow.lua): a type with settings, a gate or keyed jobs is leased only
 while its class is not paused, its leased jobs are under its concurrency limit and its rate allows.
-Its keyed jobs are leased by turns of their keys: the key with the lowest virtual time goes next and
-then pays 1/weight, so keys with ready jobs share leases whatever their backlog; a key at its limit or
-waiting for its rate leaves the round until a slot frees (flow_release) or its time comes (the waiting
-set). The type's jobs without a key take their turns as the key ''. Across types and within a key the
+Its keyed jobs are leased by turns of their keys, round robin: the key at the head of the round
+takes a lease, or as many in a row as its weight, then goes to the back, so keys with ready jobs
+share leases whatever their backlog; a key at its limit or waiting for its rate leaves the round
+until a slot frees (flow_release) or its time comes (the waiting set). The type's jobs without a key take their turns as the key ''. Across types and within a key the
 oldest ready job goes first, as without flow control.
 ]]
 --- @include "record"
@@ -84,11 +84,11 @@ if ntypes > 0 then
       local interval, tolerance = gcra(cfg.r, cfg.b)
       local key_interval, key_tolerance = gcra(cfg.kr, cfg.kb)
       flow[j] = {
-        cfg = cfg, keyed = keyed[j] ~= false, tat = tonumber(gates[j] or 0), tat_read = tonumber(gates[j] or 0),
+        cfg = cfg, raw = settings[j] or '', keyed = keyed[j] ~= false, tat = tonumber(gates[j] or 0), tat_read = tonumber(gates[j] or 0),
         interval = interval, tolerance = tolerance, key_interval = key_interval, key_tolerance = key_tolerance,
         allow = nil,  -- leases left under the type's concurrency limit, read when first needed
         running = {}, key_tat = {}, key_tat_dirty = {},  -- per key, read when first needed
-        cand = {}, prepared = {}, vt = {},  -- per class
+        cand = {}, prepared = {}, turn = {},  -- per class
       }
     end
   end
@@ -151,22 +151,33 @@ local function key_limit(cfg, key)
   return (cfg.ko and cfg.ko[key]) or cfg.kn or 0
 end
 
--- The first look at a keyed queue in this call: keys whose rate wait is over rejoin the round, and
--- the type's jobs without a key take part as the key ''.
+-- The first look at a keyed queue in this call: keys whose rate wait is over rejoin the round, so do
+-- keys blocked at their limit when the settings changed since they were blocked, and the type's
+-- jobs without a key take part as the key ''.
 local function prepare(f, j, class)
   f.prepared[class] = true
   local job_type = types[j]
   local round, waiting = kq_key(tag, class, job_type), kw_key(tag, class, job_type)
-  local vt = key_vtime(tag, class, job_type)
-  f.vt[class] = vt
-  local due = redis.call('ZRANGEBYSCORE', waiting, '-inf', now)
-  for _, key in ipairs(due) do
-    redis.call('ZADD', round, 'NX', vt, key)
+  f.turn[class] = tonumber(redis.call('HGET', tag .. ':kvt', class .. ':' .. job_type) or 0)
+  local function join(key)
+    if not redis.call('ZSCORE', round, key) then
+      f.turn[class] = f.turn[class] + 1
+      redis.call('ZADD', round, f.turn[class], key)
+    end
   end
+  local seen_field = class .. ':' .. job_type
+  if (redis.call('HGET', tag .. ':kcfg', seen_field) or '') ~= f.raw then
+    local blocked = kb_key(tag, class, job_type)
+    for _, key in ipairs(redis.call('ZRANGE', blocked, 0, -1)) do join(key) end
+    redis.call('DEL', blocked)
+    redis.call('HSET', tag .. ':kcfg', seen_field, f.raw)
+  end
+  local due = redis.call('ZRANGEBYSCORE', waiting, '-inf', now)
+  for _, key in ipairs(due) do join(key) end
   if #due > 0 then batched('ZREM', waiting, due) end
   local next_due = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')
   if next_due[2] then wake(tonumber(next_due[2])) end
-  if head(ready_key(class, j)) then redis.call('ZADD', round, 'NX', vt, '') end
+  if head(ready_key(class, j)) then join('') end
 end
 
 -- The job a keyed queue offers next: the head of the ready set of the key whose turn it is. Keys
@@ -184,14 +195,15 @@ local function keyed_candidate(j, class)
       f.cand[class] = false
       return false
     end
-    local key, vt = top[1], tonumber(top[2])
+    local key, turn = top[1], tonumber(top[2])
     local set = key == '' and ready_key(class, j) or kr_key(tag, class, job_type, key)
     local id, score = head(set)
     local open = id ~= nil
     if open and key ~= '' then
       local limit = key_limit(f.cfg, key)
       if limit > 0 and key_running(f, j, key) >= limit then
-        open = false  -- back when one of its leases ends (flow_release)
+        open = false  -- back when one of its leases ends (flow_release) or the settings change
+        redis.call('ZADD', kb_key(tag, class, job_type), turn, key)
         hold_back(j, 'key_concurrency')
       else
         local at = key_tat(f, j, key) - f.key_tolerance
@@ -204,11 +216,12 @@ local function keyed_candidate(j, class)
       end
     end
     if open then
-      cand = {key = key, id = id, score = score, vt = vt, set = set}
+      cand = {key = key, id = id, score = score, set = set}
       f.cand[class] = cand
       return cand
     end
     redis.call('ZREM', round, key)
+    if f.cfg.kw then redis.call('HDEL', kturn_key(tag, class, job_type), key) end
   end
 end
 
@@ -232,8 +245,12 @@ local function take_keyed(j, class, cand)
     end
     weight = (f.cfg.kw and f.cfg.kw[key]) or 1
   end
-  redis.call('ZADD', kq_key(tag, class, types[j]), cand.vt + 1 / weight, key)
-  f.vt[class] = cand.vt
+  -- a weighted key keeps the head for as many leases in a row as its weight
+  if weight <= 1 or redis.call('HINCRBY', kturn_key(tag, class, types[j]), key, 1) >= weight then
+    if weight > 1 then redis.call('HDEL', kturn_key(tag, class, types[j]), key) end
+    f.turn[class] = f.turn[class] + 1
+    redis.call('ZADD', kq_key(tag, class, types[j]), f.turn[class], key)
+  end
   f.cand[class] = nil
 end
 
@@ -337,7 +354,7 @@ end
 for j, f in pairs(flow) do
   if f.tat ~= f.tat_read then redis.call('HSET', tag .. ':gate', types[j], f.tat) end
   for key in pairs(f.key_tat_dirty) do redis.call('HSET', kgate_key(tag, types[j]), key, f.key_tat[key]) end
-  for class, vt in pairs(f.vt) do redis.call('HSET', tag .. ':kvt', class .. ':' .. types[j], vt) end
+  for class, turn in pairs(f.turn) do redis.call('HSET', tag .. ':kvt', class .. ':' .. types[j], turn) end
 end
 out[#out + 1] = table.concat(unfilled)
 out[#out + 1] = wake_at < 0 and -1 or math.ceil(wake_at)

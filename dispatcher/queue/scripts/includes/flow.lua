@@ -1,6 +1,7 @@
 -- Flow control's per-key structures (keys.py documents each; flow.py the settings they obey).
 -- Jobs with a concurrency key wait in their key's ready set, not the type's; the keys with ready jobs
--- that may lease now take turns in the type's round robin (a sorted set by virtual time). The
+-- that may lease now take turns in the type's round robin: a sorted set scored by turn number, a
+-- counter per type and class, so the key with the lowest goes next and then to the back. The
 -- scripts build these names from the shard's tag: a lease meets keys it could not name in advance.
 -- Every name carries the shard's hash tag, so it lives in the slot of the keys the script was given.
 local function flow_tag(key, suffix)
@@ -15,6 +16,10 @@ local function kw_key(tag, class, job_type)
   return tag .. ':kw:' .. class .. ':' .. job_type
 end
 
+local function kb_key(tag, class, job_type)
+  return tag .. ':kb:' .. class .. ':' .. job_type
+end
+
 local function kr_key(tag, class, job_type, key)
   return tag .. ':kr:' .. class .. ':' .. #job_type .. ':' .. job_type .. ':' .. key
 end
@@ -27,8 +32,20 @@ local function kgate_key(tag, job_type)
   return tag .. ':kgate:' .. job_type
 end
 
-local function key_vtime(tag, class, job_type)
-  return tonumber(redis.call('HGET', tag .. ':kvt', class .. ':' .. job_type) or 0)
+local function kturn_key(tag, class, job_type)
+  return tag .. ':kturn:' .. class .. ':' .. job_type
+end
+
+-- The next turn number of a type and class's round: a key joining with it goes to the back.
+local function next_turn(tag, class, job_type)
+  return redis.call('HINCRBY', tag .. ':kvt', class .. ':' .. job_type, 1)
+end
+
+local function join_round(tag, class, job_type, key)
+  local round = kq_key(tag, class, job_type)
+  if not redis.call('ZSCORE', round, key) then
+    redis.call('ZADD', round, next_turn(tag, class, job_type), key)
+  end
 end
 
 -- GCRA's emission interval and burst tolerance (ms) of a rate per second with a burst: a lease may go
@@ -44,10 +61,10 @@ local function gcra(rate, burst)
 end
 
 -- Keyed jobs becoming ready, all of one type, class and key: into the key's ready set (scores as the
--- ready sets'), the key into the round robin at the current virtual time unless it is there already.
+-- ready sets'), the key at the back of the round robin unless it is in it already.
 local function flow_add_ready(tag, job_type, class, key, scored)
   batched('ZADD', kr_key(tag, class, job_type, key), scored)
-  redis.call('ZADD', kq_key(tag, class, job_type), 'NX', key_vtime(tag, class, job_type), key)
+  join_round(tag, class, job_type, key)
   redis.call('HSET', tag .. ':keyed', job_type, 1)
 end
 
@@ -70,8 +87,9 @@ local function flow_release(tag, recs)
     for key, n in pairs(keys) do
       if redis.call('HINCRBY', running, key, -n) <= 0 then redis.call('HDEL', running, key) end
       for class = 0, 2 do
-        if redis.call('EXISTS', kr_key(tag, class, job_type, key)) == 1 then
-          redis.call('ZADD', kq_key(tag, class, job_type), 'NX', key_vtime(tag, class, job_type), key)
+        if redis.call('ZREM', kb_key(tag, class, job_type), key) == 1
+            or redis.call('EXISTS', kr_key(tag, class, job_type, key)) == 1 then
+          join_round(tag, class, job_type, key)
         end
       end
     end
