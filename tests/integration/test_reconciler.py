@@ -177,7 +177,7 @@ async def test_a_job_pushed_run_and_finished_while_its_page_is_restored_is_not_r
     async def pushed_and_run() -> None:
         assert await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]) == [1]
         leased = await shard.working_set.lease(SHARD, 1, wall_ms(), [JOB_TYPE], [int(Priority.DEFAULT)])
-    (grant,) = leased.grants
+        (grant,) = leased.grants
         (done,) = await shard.working_set.ack(SHARD, wall_ms(), [(grant.id, grant.token)])
         assert done is not None
         shard.writer.record(SHARD, transition_update(done, wall_ms()))

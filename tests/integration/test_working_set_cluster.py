@@ -242,7 +242,7 @@ async def test_counts_over_many_shards_in_one_pipeline(single_ws, cluster_ws, re
                 for i in range(shard % 5 + 1)
             ]
             await ws.enqueue(shard, 1, T0, jobs)
-        grants = (await ws.lease(shards[-1], 1, T0, ["t0", "t1", "t2"], [0])).grants
+        await ws.lease(shards[-1], 1, T0, ["t0", "t1", "t2"], [0])
         results.append(await ws.counts(shards))
         assert await ws.counts([]) == {}
     single, cluster = results
