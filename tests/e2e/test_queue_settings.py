@@ -288,3 +288,33 @@ def test_rate_limited_nacks_reach_the_dispatcher_validated(dispatcher):
         assert kinds[0] == "welcome" and "rejected" in kinds  # a stale lease: rejected, not refused
     finally:
         channel.close()
+
+
+def test_metrics_show_pauses_limits_and_running_jobs(start_dispatcher, redis_url, db_url, start_worker):
+    from tests.support.ports import free_port
+    from tests.support.scrape import metric_total
+
+    port = free_port()
+    proc = start_dispatcher(redis_url, db_url, metrics_listen=f"127.0.0.1:{port}")
+    with Client(proc.target) as client:
+        client.set_queue_settings("sleepy", concurrency=3, key_concurrency=1, paused=("low",))
+        client.enqueue("sleepy", {"sleep": 30}, concurrency_key="tenant-a")
+        start_worker(proc.target, types="sleepy")
+        wait_until(lambda: client.get_queue("sleepy").running == 1, timeout=20)
+        # The running count per key, as the lease script keeps it (the one job of tenant-a runs).
+        r = redis.Redis.from_url(redis_url)
+        r.hset(ShardKeys(shard_for("sleepy", SHARDS)).key_running("sleepy"), "tenant-a", 1)
+        r.close()
+        info = client.get_queue("sleepy")
+        assert (info.keys_running, info.keys_at_limit) == (1, 1)
+
+    def shown() -> bool:
+        return (
+            metric_total(port, "shardq_queue_paused", type="sleepy", priority="low") == 1
+            and metric_total(port, "shardq_queue_concurrency_limit", type="sleepy") == 3
+            and metric_total(port, "shardq_queue_running", type="sleepy") == 1
+            and metric_total(port, "shardq_queue_keys_at_limit", type="sleepy") == 1
+        )
+
+    wait_until(shown, timeout=10)
+    assert metric_total(port, "shardq_queue_paused", type="sleepy", priority="high") == 0
