@@ -150,6 +150,9 @@ class Settings:
     schedule_misfire_grace_ms: int = 15_000
     #: SHARDQ_SCHEDULES_FILE: a TOML file of schedules upserted at start (deploys declare them).
     schedules_file: str | None = None
+    #: SHARDQ_QUEUES_FILE: a TOML file of queue settings (pause, limits) set at start, one
+    #: ``[queues.TYPE]`` table per job type (see dispatcher/schedules/queues_file.py).
+    queues_file: str | None = None
     #: SHARDQ_HEALTH_LISTEN: a plaintext address serving grpc.health.v1 only, for probes that cannot
     #: speak TLS (Kubernetes' grpc probes). Empty: health is served on the gRPC address only.
     health_listen: str = ""

@@ -15,7 +15,16 @@ from ._convert import (
     ShardMove,
     VersionInfo,
 )
-from ._errors import InvalidArgumentError, NotFoundError, Retry, ShardqError, SkipRetry, UnavailableError
+from ._errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    RateLimited,
+    Retry,
+    ShardqError,
+    SkipRetry,
+    UnavailableError,
+)
+from ._queues import QueueInfo, QueueSettings, RateLimit
 from ._schedules import Schedule, ScheduleInfo
 from ._worker import Handler, Worker, serve
 
@@ -29,7 +38,11 @@ __all__ = [
     "JobContext",
     "JobInfo",
     "NotFoundError",
+    "QueueInfo",
+    "QueueSettings",
     "QueueStats",
+    "RateLimit",
+    "RateLimited",
     "RebalancePlan",
     "Retry",
     "Schedule",

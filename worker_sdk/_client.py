@@ -21,6 +21,7 @@ from ._calls import Call
 from ._convert import JobInfo, QueueStats, RebalancePlan, ShardMap, VersionInfo, job_spec
 from ._errors import from_rpc_error
 from ._pipelining import EnqueuePipeline
+from ._queues import QueueInfo, QueueSettings
 from ._routing import OwnerRoutes
 from ._schedules import Schedule, ScheduleInfo
 
@@ -69,6 +70,7 @@ def _stubs(channel: grpc.Channel | grpc.aio.Channel) -> dict[str, Any]:
         calls.JOBS: pb_grpc.JobServiceStub(channel),
         calls.SHARDS: pb_grpc.ShardServiceStub(channel),
         calls.SCHEDULES: pb_grpc.ScheduleServiceStub(channel),
+        calls.QUEUES: pb_grpc.QueueServiceStub(channel),
     }
 
 
@@ -189,6 +191,7 @@ class Client(_ClientOptions):
         max_attempts: int | None = None,
         lease_ttl: float | timedelta | None = None,
         idempotency_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> str:
         """Enqueue one job; returns its id once it is committed (the existing job's id when a job
         with this idempotency key exists).
@@ -197,11 +200,13 @@ class Client(_ClientOptions):
         "low". ``run_at`` (an aware datetime or epoch seconds) or ``delay`` (seconds or a timedelta):
         when it becomes due. ``max_attempts``, ``lease_ttl`` (seconds): the dispatcher's defaults
         when not given. ``idempotency_key``: unique per job type; another job of the same type with
-        the key makes this call return that job's id and create nothing.
+        the key makes this call return that job's id and create nothing. ``concurrency_key``: a
+        tenant, a customer, an account id (up to 128 characters): the type's per-key limits apply to
+        each key apart, and keys with ready jobs share the leases round robin.
         """
         spec = job_spec(
             job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
-            lease_ttl=lease_ttl, idempotency_key=idempotency_key,
+            lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
         )  # fmt: skip
         return self._send(calls.enqueue(spec))
 
@@ -290,6 +295,34 @@ class Client(_ClientOptions):
     def next_occurrences(self, name: str, count: int = 5) -> tuple[list[int], str]:
         """The coming occurrences (epoch ms) and the schedule's time zone."""
         return self._send(calls.next_occurrences(name, count))
+
+    # -- flow control ------------------------------------------------------------------
+
+    def set_queue_settings(
+        self, job_type: str, settings: QueueSettings | None = None, **changes: Any
+    ) -> QueueInfo:
+        """Set a job type's flow control: whole ``settings`` (what it leaves out goes back to the
+        defaults), or only the fields given as keywords (``concurrency=5``, ``rate=(100, 20)``,
+        ``paused=("low",)``; the others keep their values). Any valid type may be given settings
+        before it has jobs. InvalidArgumentError names a bad field; nothing is changed then."""
+        return self._send(calls.set_queue_settings(job_type, settings, changes))
+
+    def get_queue(self, job_type: str) -> QueueInfo:
+        """A type's settings (the defaults when none were set) and its live figures."""
+        return self._send(calls.get_queue(job_type))
+
+    def list_queues(self) -> list[QueueInfo]:
+        """Every type with settings or with jobs now."""
+        return self._send(calls.list_queues())
+
+    def pause_queue(self, job_type: str, priority: str | None = None) -> QueueInfo:
+        """Start no more jobs of the type (of one priority class when given); running jobs finish,
+        delayed ones still become ready. It holds across restarts and Redis data loss."""
+        return self._send(calls.pause_queue(job_type, priority))
+
+    def resume_queue(self, job_type: str, priority: str | None = None) -> QueueInfo:
+        """Undo pause_queue (for one class when given; every class otherwise)."""
+        return self._send(calls.resume_queue(job_type, priority))
 
     def close(self) -> None:
         for channel in self._owner_channels:
@@ -392,13 +425,14 @@ class AsyncClient(_ClientOptions):
         max_attempts: int | None = None,
         lease_ttl: float | timedelta | None = None,
         idempotency_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> str:
         """Enqueue one job; returns its id once it is committed (options as for ``Client.enqueue``).
         Calls made concurrently (in the same turn of the event loop) to the same dispatcher share
         one round trip; each still gets its own id or error."""
         spec = job_spec(
             job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
-            lease_ttl=lease_ttl, idempotency_key=idempotency_key,
+            lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
         )  # fmt: skip
         return await self._pipeline.enqueue(spec, await self._address_of((spec.type,)))
 
@@ -469,6 +503,25 @@ class AsyncClient(_ClientOptions):
 
     async def next_occurrences(self, name: str, count: int = 5) -> tuple[list[int], str]:
         return await self._send(calls.next_occurrences(name, count))
+
+    # -- flow control ------------------------------------------------------------------
+
+    async def set_queue_settings(
+        self, job_type: str, settings: QueueSettings | None = None, **changes: Any
+    ) -> QueueInfo:
+        return await self._send(calls.set_queue_settings(job_type, settings, changes))
+
+    async def get_queue(self, job_type: str) -> QueueInfo:
+        return await self._send(calls.get_queue(job_type))
+
+    async def list_queues(self) -> list[QueueInfo]:
+        return await self._send(calls.list_queues())
+
+    async def pause_queue(self, job_type: str, priority: str | None = None) -> QueueInfo:
+        return await self._send(calls.pause_queue(job_type, priority))
+
+    async def resume_queue(self, job_type: str, priority: str | None = None) -> QueueInfo:
+        return await self._send(calls.resume_queue(job_type, priority))
 
     async def close(self) -> None:
         if self._map_read is not None:

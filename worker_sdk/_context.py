@@ -47,6 +47,8 @@ class JobContext:
     #: The lease token: part of the fencing the dispatcher checks on ack.
     token: str
     shard: int
+    #: The concurrency key given at enqueue (a tenant, a customer), or "".
+    concurrency_key: str = ""
     # Set from the event loop, read from the handler's thread. The event a sync handler waits on
     # is made only when one waits: most jobs never need it, and it costs a lock and a condition.
     _cancelled: bool = field(default=False, repr=False, compare=False)

@@ -62,6 +62,7 @@ def job_spec(
     max_attempts: int | None = None,
     lease_ttl: float | timedelta | None = None,
     idempotency_key: str | None = None,
+    concurrency_key: str | None = None,
 ) -> pb.JobSpec:
     if priority not in PRIORITIES:
         raise ValueError(f"unknown priority {priority!r}: use high, default or low")
@@ -70,6 +71,7 @@ def job_spec(
         payload=encode_payload(payload),
         priority=PRIORITIES[priority],
         idempotency_key=idempotency_key or "",
+        concurrency_key=concurrency_key or "",
     )
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both")
@@ -111,6 +113,9 @@ class JobInfo:
     idempotency_key: str
     result: bytes
     shard: int
+    concurrency_key: str = ""
+    #: Retries its handler asked for by raising RateLimited (not counted in attempts).
+    rate_limited: int = 0
 
     @classmethod
     def from_pb(cls, j: pb.Job) -> JobInfo:
@@ -134,6 +139,8 @@ class JobInfo:
             idempotency_key=j.idempotency_key,
             result=j.result,
             shard=j.shard,
+            concurrency_key=j.concurrency_key,
+            rate_limited=j.rate_limited,
         )
 
 

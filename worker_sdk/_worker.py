@@ -30,7 +30,7 @@ from shardq_common.wakeup import Wakeup
 from ._client import CHANNEL_OPTIONS, resolve_security, resolve_target
 from ._context import JobContext
 from ._convert import PRIORITY_NAMES
-from ._errors import Retry, ShardqError, SkipRetry
+from ._errors import RateLimited, Retry, ShardqError, SkipRetry
 
 Handler = Callable[[JobContext], Any] | Callable[[JobContext], Awaitable[Any]]
 log = structlog.get_logger("shardq.worker")
@@ -104,7 +104,8 @@ class Worker:
         handlers: ``{job_type: callable}``; each is called with a :class:`JobContext`. Async callables run
             on the event loop, plain ones in a thread pool. Return a value to ack (bytes, or anything JSON
             can encode, stored as the job's result); raise to nack: :class:`Retry` for a chosen delay,
-            :class:`SkipRetry` to dead-letter at once, any other exception to retry with backoff.
+            :class:`SkipRetry` to dead-letter at once, :class:`RateLimited` to run again later
+            without charging the attempt, any other exception to retry with backoff.
         target: dispatcher address; default ``SHARDQ_TARGET`` or 127.0.0.1:7070.
         concurrency: most jobs running at once (and leases held); plain handlers share a pool of this
             many threads. Size what handlers share to it: a client or database pool smaller than
@@ -642,6 +643,7 @@ class Worker:
             lease.run_at_ms,
             ref.token,
             ref.shard,
+            lease.concurrency_key,
         )
         running = _Running(ref=lease.ref, ctx=ctx, ttl_ms=lease.lease_ttl_ms, link=link)
         self._running[ctx.job_id] = running
@@ -689,6 +691,8 @@ class Worker:
                     async with slots:
                         result = await self._invoke(handler, ctx)
                 outcome = pb.Ack(lease=running.ref, result=_encode_result(result))
+        except RateLimited as exc:
+            outcome = _rate_limited(running.ref, exc)
         except Retry as exc:
             outcome = pb.Nack(lease=running.ref, error=str(exc), retryable=True)
             if exc.delay is not None:
@@ -914,3 +918,27 @@ def serve(
         return worker
     worker._must_run = True
     return worker
+
+
+#: The longest RateLimited.retry_after the dispatcher takes (a day).
+MAX_RETRY_AFTER_S = 24 * 3600
+
+
+def _rate_limited(ref: pb.LeaseRef, exc: RateLimited) -> pb.Nack:
+    """The nack of a rate-limited job. A retry_after out of bounds is held to them (a handler's
+    arithmetic error should not make its job fail), never below a millisecond."""
+    try:
+        seconds = float(exc.retry_after)
+    except (TypeError, ValueError):
+        seconds = 1.0
+    if not seconds > 0:  # NaN too
+        seconds = 0.001
+    delay_ms = max(1, min(int(seconds * 1000), MAX_RETRY_AFTER_S * 1000))
+    return pb.Nack(
+        lease=ref,
+        error=str(exc) or "rate limited",
+        retryable=True,
+        retry_delay_ms=delay_ms,
+        rate_limited=True,
+        hold_siblings=bool(exc.hold_siblings),
+    )

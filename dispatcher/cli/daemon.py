@@ -14,6 +14,7 @@ from .extra import missing_dispatcher_extra, missing_extra_message
 
 def _run(args: argparse.Namespace) -> int:
     from ..config import Settings
+    from ..queue import flow_file
     from ..schedules import file as schedules_file
 
     if args.processes is None and "SHARDQ_PROCESSES" not in os.environ:
@@ -28,6 +29,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     configure(settings.log_level, settings.log_format)
     schedules_file.check(settings)
+    flow_file.check(settings.queues_file)
     from ..api.security import ServerSecurity
 
     ServerSecurity.from_settings(settings)  # bad certificates or tokens: a clear error now, not per child

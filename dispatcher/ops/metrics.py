@@ -44,6 +44,11 @@ RETURNED = Counter(
     "drain or a dropped stream came first), by what the job became: ready or cancelled.",
     ["type", "outcome"],
 )
+RATE_LIMITED = Counter(
+    "shardq_jobs_rate_limited_total",
+    "Jobs whose handler raised RateLimited: put back after its delay, no attempt charged.",
+    ["type"],
+)
 DEAD = Counter("shardq_jobs_dead_lettered_total", "Jobs moved to the dead-letter queue.", ["type", "reason"])
 LEASE_HELD_BACK = Counter(
     "shardq_lease_held_back_total",

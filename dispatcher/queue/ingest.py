@@ -210,6 +210,8 @@ class Ingestor:
                 None,  # started_at
                 None,  # finished_at
                 now,  # updated_at
+                None,  # schedule
+                j.concurrency_key or None,
             )
             for job_id, j in zip(new_job_ids(len(jobs)), jobs, strict=True)
         ]
@@ -219,7 +221,15 @@ class Ingestor:
         by_shard: dict[int, list[NewJob]] = defaultdict(list)
         records: dict[tuple[Any, ...], JobRecord] = {}  # jobs alike share one (immutable) record
         for row in created:
-            kind = (row.type, row.priority, row.run_at, row.max_attempts, row.lease_ttl_ms, row.idem_key)
+            kind = (
+                row.type,
+                row.priority,
+                row.run_at,
+                row.max_attempts,
+                row.lease_ttl_ms,
+                row.idem_key,
+                row.concurrency_key,
+            )
             record = records.get(kind)
             if record is None:
                 record = records[kind] = JobRecord(
@@ -231,6 +241,7 @@ class Ingestor:
                     max_attempts=row.max_attempts,
                     lease_ttl_ms=row.lease_ttl_ms,
                     idempotency_key=row.idem_key or "",
+                    concurrency_key=row.concurrency_key or "",
                 )
             by_shard[row.shard].append(NewJob(row.id, record, row.payload))
         handed_on = []

@@ -63,6 +63,8 @@ def record_from_row(row: JobRow, now: int, *, requeue: bool = False) -> JobRecor
         failures=0 if requeue else row.failures,
         expirations=0 if requeue else row.expirations,
         idempotency_key=row.idem_key or "",
+        concurrency_key=row.concurrency_key or "",
+        rate_limited=row.rate_limited,
     )
 
 

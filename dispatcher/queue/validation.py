@@ -10,6 +10,7 @@ from shardq_common.errors import InvalidArgument
 from shardq_common.pb import shardq_pb2 as pb
 
 from ..config import Settings
+from . import flow
 from .states import PRIORITIES, DeadReason, Priority
 
 TYPE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}")
@@ -31,6 +32,7 @@ class ValidJob:
     max_attempts: int
     lease_ttl_ms: int
     idempotency_key: str
+    concurrency_key: str = ""
 
 
 def job_type(value: str, field: str) -> str:
@@ -94,7 +96,10 @@ def job_spec(spec: pb.JobSpec, field: str, settings: Settings, now: int) -> Vali
         raise InvalidArgument(f"{field}.idempotency_key: longer than {MAX_KEY_LENGTH} characters")
     if not spec.idempotency_key.isprintable():
         raise InvalidArgument(f"{field}.idempotency_key: must not contain control characters")
-    return ValidJob(jt, spec.payload, prio, run_at, max_attempts, ttl, spec.idempotency_key)
+    key = (
+        flow.concurrency_key(spec.concurrency_key, f"{field}.concurrency_key") if spec.concurrency_key else ""
+    )
+    return ValidJob(jt, spec.payload, prio, run_at, max_attempts, ttl, spec.idempotency_key, key)
 
 
 def error_text(value: str, limit: int) -> str:

@@ -680,3 +680,99 @@ class NextOccurrencesResponse(_message.Message):
     occurrences_ms: _containers.RepeatedScalarFieldContainer[int]
     timezone: str
     def __init__(self, occurrences_ms: _Optional[_Iterable[int]] = ..., timezone: _Optional[str] = ...) -> None: ...
+
+class TokenBucket(_message.Message):
+    __slots__ = ("per_s", "burst")
+    PER_S_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
+    per_s: float
+    burst: int
+    def __init__(self, per_s: _Optional[float] = ..., burst: _Optional[int] = ...) -> None: ...
+
+class QueueSettings(_message.Message):
+    __slots__ = ("paused", "concurrency", "key_concurrency", "key_concurrency_overrides", "key_weights", "rate", "key_rate")
+    class KeyConcurrencyOverridesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class KeyWeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    KEY_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    KEY_CONCURRENCY_OVERRIDES_FIELD_NUMBER: _ClassVar[int]
+    KEY_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    KEY_RATE_FIELD_NUMBER: _ClassVar[int]
+    paused: _containers.RepeatedScalarFieldContainer[Priority]
+    concurrency: int
+    key_concurrency: int
+    key_concurrency_overrides: _containers.ScalarMap[str, int]
+    key_weights: _containers.ScalarMap[str, int]
+    rate: TokenBucket
+    key_rate: TokenBucket
+    def __init__(self, paused: _Optional[_Iterable[_Union[Priority, str]]] = ..., concurrency: _Optional[int] = ..., key_concurrency: _Optional[int] = ..., key_concurrency_overrides: _Optional[_Mapping[str, int]] = ..., key_weights: _Optional[_Mapping[str, int]] = ..., rate: _Optional[_Union[TokenBucket, _Mapping]] = ..., key_rate: _Optional[_Union[TokenBucket, _Mapping]] = ...) -> None: ...
+
+class QueueInfo(_message.Message):
+    __slots__ = ("type", "settings", "shard", "delayed", "ready", "running", "keys_running", "keys_at_limit", "updated_at_ms")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    KEYS_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    KEYS_AT_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    settings: QueueSettings
+    shard: int
+    delayed: int
+    ready: int
+    running: int
+    keys_running: int
+    keys_at_limit: int
+    updated_at_ms: int
+    def __init__(self, type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ..., shard: _Optional[int] = ..., delayed: _Optional[int] = ..., ready: _Optional[int] = ..., running: _Optional[int] = ..., keys_running: _Optional[int] = ..., keys_at_limit: _Optional[int] = ..., updated_at_ms: _Optional[int] = ...) -> None: ...
+
+class SetQueueSettingsRequest(_message.Message):
+    __slots__ = ("type", "settings", "fields")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    settings: QueueSettings
+    fields: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ..., fields: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetQueueRequest(_message.Message):
+    __slots__ = ("type",)
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    def __init__(self, type: _Optional[str] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListQueuesResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueInfo]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueInfo, _Mapping]]] = ...) -> None: ...
+
+class PauseQueueRequest(_message.Message):
+    __slots__ = ("type", "priority")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    priority: Priority
+    def __init__(self, type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
