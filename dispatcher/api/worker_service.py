@@ -276,7 +276,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             )
         now = wall_ms()
         for shard, group in _by_shard(items).items():
-            results = await self.working_set.retry(shard, now, [g[3] for g in group], self.settings.retry)
+            results = await self.working_set.retry(
+                shard, now, [g[3] for g in group], self.settings.retry, steady_now=steady_ms()
+            )
             for (job_id, token, _, spec, error), t in zip(group, results, strict=True):
                 job_type = session.forget(job_id)
                 if t is None:
