@@ -39,22 +39,25 @@ local picks = ARGV[4]
 local page = #picks
 local holder = ARGV[7] ~= '' and ARGV[7] or nil
 local tag = flow_tag(KEYS[1], ':meta')
+local KEY_FIRST_PAGE = 2
 local types = {}
 for j = 1, ntypes do types[j] = ARGV[7 + j] end
 
--- The heads of the ready sets, read a page at a time; taken members are removed at the end.
-local heads = {}  -- key -> {items = {member, score, ...}, pos, offset, done}
-local function head(key)
+-- The heads of the ready sets, read a page at a time; taken members are removed at the end. A key's
+-- set starts with a small page that doubles: a call takes a few jobs of each of many keys.
+local heads = {}  -- key -> {items = {member, score, ...}, pos, offset, done, size}
+local function head(key, first_page)
   local h = heads[key]
   if not h then
-    h = {items = {}, pos = 1, offset = 0, done = false}
+    h = {items = {}, pos = 1, offset = 0, done = false, size = first_page or page}
     heads[key] = h
   end
   if h.pos > #h.items and not h.done then
-    h.items = redis.call('ZRANGE', key, h.offset, h.offset + page - 1, 'WITHSCORES')
+    h.items = redis.call('ZRANGE', key, h.offset, h.offset + h.size - 1, 'WITHSCORES')
     h.pos = 1
     h.offset = h.offset + #h.items / 2
-    h.done = #h.items / 2 < page
+    h.done = #h.items / 2 < h.size
+    h.size = math.min(2 * h.size, page)
   end
   if h.pos > #h.items then return nil end
   return h.items[h.pos], tonumber(h.items[h.pos + 1])
@@ -84,11 +87,14 @@ if ntypes > 0 then
       local interval, tolerance = gcra(cfg.r, cfg.b)
       local key_interval, key_tolerance = gcra(cfg.kr, cfg.kb)
       flow[j] = {
-        cfg = cfg, raw = settings[j] or '', keyed = keyed[j] ~= false, tat = tonumber(gates[j] or 0), tat_read = tonumber(gates[j] or 0),
+        cfg = cfg, raw = settings[j] or '', keyed = keyed[j] ~= false,
+        tat = tonumber(gates[j] or 0), tat_read = tonumber(gates[j] or 0),
         interval = interval, tolerance = tolerance, key_interval = key_interval, key_tolerance = key_tolerance,
+        -- which per-key checks apply: a concurrency limit for some key, a gate (rate or hold)
+        key_limited = (cfg.kn or 0) > 0 or cfg.ko ~= nil, key_gated = cfg.kr ~= nil or keyed[j] == KEYED.KEY_GATES,
         allow = nil,  -- leases left under the type's concurrency limit, read when first needed
-        running = {}, key_tat = {}, key_tat_dirty = {},  -- per key, read when first needed
-        cand = {}, prepared = {}, turn = {},  -- per class
+        running = {}, key_tat = {}, key_tat_dirty = {},  -- per key, read a page of keys at a time
+        cand = {}, prepared = {}, turn = {}, page = {},  -- per class
       }
     end
   end
@@ -180,6 +186,29 @@ local function prepare(f, j, class)
   if head(ready_key(class, j)) then join('') end
 end
 
+-- The head of the round, read a page of keys at a time with what their checks need: a key that takes
+-- its turn goes to the back or leaves, so the page stays in the round's order until it is used up.
+local function round_page(f, j, class)
+  local ps = f.page[class]
+  if ps and ps.pos <= #ps.items then return ps end
+  local items = redis.call('ZRANGE', kq_key(tag, class, types[j]), 0, page - 1, 'WITHSCORES')
+  ps = {items = items, pos = 1}
+  f.page[class] = ps
+  local function prefetch(known, hash)
+    local unknown = {}
+    for i = 1, #items, 2 do
+      if items[i] ~= '' and known[items[i]] == nil then unknown[#unknown + 1] = items[i] end
+    end
+    if #unknown > 0 then
+      local values = redis.call('HMGET', hash, unpack(unknown))
+      for n, key in ipairs(unknown) do known[key] = tonumber(values[n] or 0) end
+    end
+  end
+  if f.key_limited then prefetch(f.running, krun_key(tag, types[j])) end
+  if f.key_gated then prefetch(f.key_tat, kgate_key(tag, types[j])) end
+  return ps
+end
+
 -- The job a keyed queue offers next: the head of the ready set of the key whose turn it is. Keys
 -- that cannot lease now leave the round on the way.
 local function keyed_candidate(j, class)
@@ -190,22 +219,22 @@ local function keyed_candidate(j, class)
   local job_type = types[j]
   local round = kq_key(tag, class, job_type)
   while true do
-    local top = redis.call('ZRANGE', round, 0, 0, 'WITHSCORES')
-    if not top[1] then
+    local ps = round_page(f, j, class)
+    if ps.pos > #ps.items then
       f.cand[class] = false
       return false
     end
-    local key, turn = top[1], tonumber(top[2])
+    local key, turn = ps.items[ps.pos], tonumber(ps.items[ps.pos + 1])
     local set = key == '' and ready_key(class, j) or kr_key(tag, class, job_type, key)
-    local id, score = head(set)
+    local id, score = head(set, KEY_FIRST_PAGE)
     local open = id ~= nil
     if open and key ~= '' then
-      local limit = key_limit(f.cfg, key)
+      local limit = f.key_limited and key_limit(f.cfg, key) or 0
       if limit > 0 and key_running(f, j, key) >= limit then
         open = false  -- back when one of its leases ends (flow_release) or the settings change
         redis.call('ZADD', kb_key(tag, class, job_type), turn, key)
         hold_back(j, 'key_concurrency')
-      else
+      elseif f.key_gated then
         local at = key_tat(f, j, key) - f.key_tolerance
         if at > now then
           open = false
@@ -216,10 +245,11 @@ local function keyed_candidate(j, class)
       end
     end
     if open then
-      cand = {key = key, id = id, score = score, set = set}
+      cand = {key = key, id = id, score = score, set = set, page = ps}
       f.cand[class] = cand
       return cand
     end
+    ps.pos = ps.pos + 2
     redis.call('ZREM', round, key)
     if f.cfg.kw then redis.call('HDEL', kturn_key(tag, class, job_type), key) end
   end
@@ -238,16 +268,23 @@ local function take_keyed(j, class, cand)
   local key = cand.key
   local weight = 1
   if key ~= '' then
-    f.running[key] = key_running(f, j, key) + 1
+    if f.key_limited then f.running[key] = key_running(f, j, key) + 1 end
     if f.key_interval > 0 then
       f.key_tat[key] = math.max(key_tat(f, j, key), now) + f.key_interval
       f.key_tat_dirty[key] = true
     end
     weight = (f.cfg.kw and f.cfg.kw[key]) or 1
   end
-  -- a weighted key keeps the head for as many leases in a row as its weight
-  if weight <= 1 or redis.call('HINCRBY', kturn_key(tag, class, types[j]), key, 1) >= weight then
+  local h = heads[cand.set]
+  if h.done and h.pos > #h.items then
+    -- its last ready job: the key leaves the round (it joins again with its next ready job)
+    cand.page.pos = cand.page.pos + 2
+    redis.call('ZREM', kq_key(tag, class, types[j]), key)
     if weight > 1 then redis.call('HDEL', kturn_key(tag, class, types[j]), key) end
+  elseif weight <= 1 or redis.call('HINCRBY', kturn_key(tag, class, types[j]), key, 1) >= weight then
+    -- to the back, after as many leases in a row as its weight
+    if weight > 1 then redis.call('HDEL', kturn_key(tag, class, types[j]), key) end
+    cand.page.pos = cand.page.pos + 2
     f.turn[class] = f.turn[class] + 1
     redis.call('ZADD', kq_key(tag, class, types[j]), f.turn[class], key)
   end

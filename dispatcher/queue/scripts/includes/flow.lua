@@ -32,6 +32,10 @@ local function kgate_key(tag, job_type)
   return tag .. ':kgate:' .. job_type
 end
 
+-- The values of the shard's `keyed` hash: the type has had keyed jobs; and some of its keys have had
+-- a RateLimited hold (their gates are read even without a per-key rate).
+local KEYED = {KEYS = '1', KEY_GATES = '2'}
+
 local function kturn_key(tag, class, job_type)
   return tag .. ':kturn:' .. class .. ':' .. job_type
 end
@@ -65,7 +69,7 @@ end
 local function flow_add_ready(tag, job_type, class, key, scored)
   batched('ZADD', kr_key(tag, class, job_type, key), scored)
   join_round(tag, class, job_type, key)
-  redis.call('HSET', tag .. ':keyed', job_type, 1)
+  redis.call('HSETNX', tag .. ':keyed', job_type, KEYED.KEYS)
 end
 
 -- Leases of these records ended (ack, nack, expiry, return): their keys' slots are free again, and a
@@ -104,6 +108,7 @@ local function flow_hold(tag, rec, until_ms)
   local gate, field, rate, burst
   if rec.g then
     gate, field, rate, burst = kgate_key(tag, rec.t), rec.g, cfg.kr, cfg.kb
+    redis.call('HSET', tag .. ':keyed', rec.t, KEYED.KEY_GATES)
   else
     gate, field, rate, burst = tag .. ':gate', rec.t, cfg.r, cfg.b
   end
