@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -292,4 +293,5 @@ def job_message(row: JobRow) -> pb.Job:
         result=row.result or b"",
         shard=row.shard,
         schedule=row.schedule or "",
+        headers=json.loads(row.headers) if row.headers else None,
     )

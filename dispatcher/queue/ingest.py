@@ -17,6 +17,7 @@ this process's pushes settle, and a cancel that finds no record leaves a note it
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -210,6 +211,8 @@ class Ingestor:
                 None,  # started_at
                 None,  # finished_at
                 now,  # updated_at
+                None,  # schedule
+                j.headers,
             )
             for job_id, j in zip(new_job_ids(len(jobs)), jobs, strict=True)
         ]
@@ -219,7 +222,10 @@ class Ingestor:
         by_shard: dict[int, list[NewJob]] = defaultdict(list)
         records: dict[tuple[Any, ...], JobRecord] = {}  # jobs alike share one (immutable) record
         for row in created:
-            kind = (row.type, row.priority, row.run_at, row.max_attempts, row.lease_ttl_ms, row.idem_key)
+            kind = (
+                row.type, row.priority, row.run_at, row.max_attempts, row.lease_ttl_ms, row.idem_key,
+                row.headers,
+            )  # fmt: skip
             record = records.get(kind)
             if record is None:
                 record = records[kind] = JobRecord(
@@ -231,6 +237,7 @@ class Ingestor:
                     max_attempts=row.max_attempts,
                     lease_ttl_ms=row.lease_ttl_ms,
                     idempotency_key=row.idem_key or "",
+                    headers=json.loads(row.headers) if row.headers else None,
                 )
             by_shard[row.shard].append(NewJob(row.id, record, row.payload))
         handed_on = []

@@ -21,6 +21,7 @@ of each page can be leased as soon as that page is restored.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 
 import structlog
@@ -63,6 +64,7 @@ def record_from_row(row: JobRow, now: int, *, requeue: bool = False) -> JobRecor
         failures=0 if requeue else row.failures,
         expirations=0 if requeue else row.expirations,
         idempotency_key=row.idem_key or "",
+        headers=json.loads(row.headers) if row.headers else None,
     )
 
 

@@ -333,6 +333,8 @@ def _leases_message(grants: list[Grant]) -> pb.DispatcherMessage:
             run_at_ms=g.run_at_ms,
             enqueued_at_ms=g.enqueued_at_ms,
         )
+        if g.headers:
+            lease.headers.update(g.headers)
         ref = lease.ref
         ref.job_id, ref.token, ref.shard = g.id, g.token, g.shard
     return message

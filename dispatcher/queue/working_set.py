@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 from shardq_common.errors import NotOwner
 
 from ..config import RetryPolicy
@@ -79,6 +81,7 @@ class Grant:
     run_at_ms: int
     enqueued_at_ms: int
     payload: bytes
+    headers: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -147,7 +150,7 @@ class CancelOutcome:
 _RETURNED_AS = {ReturnCode.READY: JobState.READY, ReturnCode.CANCELLED: JobState.CANCELLED}
 # Entries per job in the flat replies of these scripts (see each script's header).
 _PEEK_ENTRIES = 3
-_LEASE_ENTRIES = 12
+_LEASE_ENTRIES = 13
 _ACK_ENTRIES = 4
 _RETRY_ENTRIES = 6
 _REAP_ENTRIES = 7
@@ -274,6 +277,7 @@ class WorkingSet:
                 run_at,
                 enqueued,
                 payload,
+                headers,
             ) = result[i : i + _LEASE_ENTRIES]
             grants.append(
                 Grant(
@@ -290,6 +294,7 @@ class WorkingSet:
                     run_at,
                     enqueued,
                     payload,
+                    msgpack.unpackb(headers, raw=False) if headers else None,
                 )
             )
         return grants, unfilled

@@ -17,7 +17,7 @@ from .schedules import ScheduleQueries
 COLUMNS = (
     "id, type, shard, priority, payload, status, run_at, lease_until, attempts, failures, expirations, "
     "max_attempts, lease_ttl_ms, idem_key, last_error, dead_reason, result, enqueued_at, started_at, "
-    "finished_at, updated_at, schedule"
+    "finished_at, updated_at, schedule, headers"
 )
 ACTIVE_STATES = ("delayed", "ready", "leased")
 
@@ -46,6 +46,7 @@ class JobRow:
     finished_at: int | None
     updated_at: int
     schedule: str | None = None  # the schedule that materialized it
+    headers: str | None = None  # JSON object of the job's headers (migration 0009); None: none
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobRow:
@@ -70,6 +71,7 @@ class JobRow:
             self.idem_key,
             self.enqueued_at,
             self.updated_at,
+            self.headers,
         )
 
 
@@ -177,10 +179,11 @@ _UPDATE = (
 )
 NEW_JOB_COLUMNS = (
     "id, type, shard, priority, payload, status, run_at, max_attempts, lease_ttl_ms, idem_key, "
-    "enqueued_at, updated_at"
+    "enqueued_at, updated_at, headers"
 )
 _INSERT = (
-    f"INSERT INTO jobs ({NEW_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    f"INSERT INTO jobs ({NEW_JOB_COLUMNS}) VALUES ({', '.join('?' * len(NEW_JOB_COLUMNS.split(',')))}) "
+    "ON CONFLICT DO NOTHING"
 )
 
 

@@ -11,9 +11,9 @@ Input:
           clean-up of that stream shortens only the leases it still holds
 Output:
   FENCE.NOT_OWNER
-  otherwise a flat table, 12 entries per lease:
+  otherwise a flat table, 13 entries per lease:
     id, token, class, type, attempt, max_attempts, deadline, ttl, idempotency key, run_at, enqueued_at,
-    payload
+    payload, headers (the record's msgpack map as it is stored, '' when the job has none)
   followed by one last entry: the unfilled picks (a string of class digits, '' when all were filled)
 The ready sets are read a page at a time and written once for the batch, as are the records, the
 leased set and the counts.
@@ -116,6 +116,7 @@ if #chosen > 0 then
       out[k + 5] = rec.a; out[k + 6] = rec.m; out[k + 7] = rec.d; out[k + 8] = rec.l
       out[k + 9] = rec.i or ''; out[k + 10] = rec.r; out[k + 11] = rec.e
       out[k + 12] = payloads[n] or ''
+      out[k + 13] = rec.h and cmsgpack.pack(rec.h) or ''
     end
   end
   set_states(KEYS[5], grants, STATE.READY, STATE.LEASED)
