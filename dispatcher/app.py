@@ -17,6 +17,7 @@ from .cluster.handoff import HandOff
 from .cluster.peers import Peers
 from .config import Settings
 from .ops import redis_client
+from .ops.tracing import spans
 from .queue.cancel import Canceller
 from .queue.ingest import Ingestor
 from .queue.keys import CLUSTER_KEY
@@ -48,6 +49,7 @@ class Dispatcher:
         advertise: str,
         peers: ChannelSecurity | None = None,
     ) -> None:
+        spans.configure(settings.trace_spans)  # refused here, at start, without opentelemetry-api
         self.settings = settings
         self.redis = redis
         self.store = store

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -62,6 +63,7 @@ def job_spec(
     max_attempts: int | None = None,
     lease_ttl: float | timedelta | None = None,
     idempotency_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> pb.JobSpec:
     if priority not in PRIORITIES:
         raise ValueError(f"unknown priority {priority!r}: use high, default or low")
@@ -71,6 +73,8 @@ def job_spec(
         priority=PRIORITIES[priority],
         idempotency_key=idempotency_key or "",
     )
+    if headers:
+        spec.headers.update(headers)
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both")
     if run_at is not None:
@@ -111,6 +115,8 @@ class JobInfo:
     idempotency_key: str
     result: bytes
     shard: int
+    #: The job's headers as enqueued (the trace context, when the client injected one).
+    headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_pb(cls, j: pb.Job) -> JobInfo:
@@ -134,6 +140,7 @@ class JobInfo:
             idempotency_key=j.idempotency_key,
             result=j.result,
             shard=j.shard,
+            headers=dict(j.headers),
         )
 
 
