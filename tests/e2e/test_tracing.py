@@ -22,7 +22,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from tests.e2e.conftest import TEST_SETTINGS
 from tests.support.processes import DispatcherProcess
 from tests.support.wait import wait_for
-from worker_sdk import AsyncClient, Client, JobContext, SkipRetry, serve
+from worker_sdk import AsyncClient, Client, InvalidArgumentError, JobContext, SkipRetry, serve
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
 
@@ -255,3 +255,12 @@ async def test_dispatcher_spans_are_off_by_default(spans, redis_url, db_url, tmp
     finally:
         proc.kill()
     assert _exported(exported) == []
+
+
+def test_bad_headers_are_refused_naming_the_field_and_fail_the_send_span(spans, dispatcher):
+    with Client(dispatcher.target) as client:
+        with pytest.raises(InvalidArgumentError, match=r"job\.headers\['big'\]: 2000 characters"):
+            client.enqueue("refused", None, headers={"big": "x" * 2000})
+        assert not [q for q in client.stats() if q.type == "refused"]
+    [send] = _named(spans, "send refused")
+    assert send.status.status_code is StatusCode.ERROR
