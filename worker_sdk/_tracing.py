@@ -46,15 +46,23 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 # format could outgrow the bounded headers (SHARDQ validates them) and carries nothing a span needs.
 _PROPAGATOR = TraceContextTextMapPropagator() if ENABLED else None
 _TRACER = trace.get_tracer("shardq.worker_sdk") if ENABLED else None
+_NO_PROVIDER = (trace.ProxyTracerProvider, trace.NoOpTracerProvider) if ENABLED else ()
 T = TypeVar("T")
 P = ParamSpec("P")
+
+
+def _provider_set() -> bool:
+    """Whether the application set a tracer provider (looked up each time: it may set one after
+    this module is imported). Until then every span would be a no-op: none is made, which keeps the
+    API's own cost off each enqueue and each job when it is installed but unused."""
+    return not isinstance(trace.get_tracer_provider(), _NO_PROVIDER)
 
 
 @contextmanager
 def sending(specs: list[pb.JobSpec]) -> Iterator[Any]:
     """A PRODUCER span around an enqueue of ``specs``, its context injected into their headers.
     Yields the span (None when tracing is off); an exception out of the block marks it failed."""
-    if _TRACER is None or _PROPAGATOR is None or not specs:
+    if _TRACER is None or _PROPAGATOR is None or not specs or not _provider_set():
         yield None
         return
     types = {spec.type for spec in specs}
@@ -90,7 +98,7 @@ def processing(
     job_id: str, job_type: str, attempt: int, max_attempts: int, shard: int, headers: Mapping[str, str]
 ) -> Iterator[Any]:
     """The CONSUMER span of one attempt, made current for the handler. Yields None when off."""
-    if _TRACER is None or _PROPAGATOR is None:
+    if _TRACER is None or _PROPAGATOR is None or not _provider_set():
         yield None
         return
     # An empty context (not the current one) without a trace context: a job enqueued untraced
