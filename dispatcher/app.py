@@ -17,6 +17,7 @@ from .cluster.handoff import HandOff
 from .cluster.peers import Peers
 from .config import Settings
 from .ops import redis_client
+from .ops.tracing import spans
 from .queue import flow_file
 from .queue.cancel import Canceller
 from .queue.flow_mirror import FlowMirror
@@ -51,6 +52,7 @@ class Dispatcher:
         advertise: str,
         peers: ChannelSecurity | None = None,
     ) -> None:
+        spans.configure(settings.trace_spans)  # refused here, at start, without opentelemetry-api
         self.settings = settings
         self.redis = redis
         self.store = store

@@ -174,6 +174,10 @@ class Settings:
     #: SHARDQ_PEER_TOKEN: the token dispatchers send each other (role peer). Unset with auth on: a
     #: supervisor makes one for its own processes; separate pods need a shared one.
     peer_token: str | None = field(default=None, repr=False)
+    #: SHARDQ_TRACE_SPANS: emit OpenTelemetry spans of the dispatcher's commit, push and lease batches
+    #: (needs opentelemetry-api and a tracer provider in the process; see dispatcher/ops/tracing.py).
+    #: Off by default: the client's send and the worker's process spans make the trace without them.
+    trace_spans: bool = False
     #: SHARDQ_LOG_LEVEL and SHARDQ_LOG_FORMAT (auto, json, console).
     log_level: str = "info"
     log_format: str = "auto"

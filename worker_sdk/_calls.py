@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 
 from shardq_common.pb import shardq_pb2 as pb
 
+from . import _tracing
 from ._convert import (
     STATUS_NAMES,
     JobInfo,
@@ -45,6 +46,10 @@ def specs(jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[pb.JobSpec]:
     out = []
     for job in jobs:
         if isinstance(job, pb.JobSpec):
+            if _tracing.ENABLED:  # the trace context goes into a copy: the caller may send it again
+                copied = pb.JobSpec()
+                copied.CopyFrom(job)
+                job = copied
             out.append(job)
         else:
             fields = dict(job)

@@ -17,6 +17,7 @@ from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from shardq_common.tls import ChannelSecurity
 
 from . import _calls as calls
+from . import _tracing
 from ._calls import Call
 from ._convert import JobInfo, QueueStats, RebalancePlan, ShardMap, VersionInfo, job_spec
 from ._errors import from_rpc_error
@@ -192,6 +193,7 @@ class Client(_ClientOptions):
         lease_ttl: float | timedelta | None = None,
         idempotency_key: str | None = None,
         concurrency_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> str:
         """Enqueue one job; returns its id once it is committed (the existing job's id when a job
         with this idempotency key exists).
@@ -202,13 +204,20 @@ class Client(_ClientOptions):
         when not given. ``idempotency_key``: unique per job type; another job of the same type with
         the key makes this call return that job's id and create nothing. ``concurrency_key``: a
         tenant, a customer, an account id (up to 128 characters): the type's per-key limits apply to
-        each key apart, and keys with ready jobs share the leases round robin.
+        each key apart, and keys with ready jobs share the leases round robin. ``headers``: small
+        string metadata delivered with the job (at most 16, 4 KiB in all); with OpenTelemetry
+        installed the current trace context is added as ``traceparent``/``tracestate`` (see the
+        README's tracing).
         """
         spec = job_spec(
             job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
             lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
+            headers=headers,
         )  # fmt: skip
-        return self._send(calls.enqueue(spec))
+        with _tracing.sending([spec]) as span:
+            job_id = self._send(calls.enqueue(spec))
+            _tracing.sent(span, [job_id])
+        return job_id
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
         """Enqueue a batch in one round trip (one DB transaction); each job is a dict of enqueue's
@@ -216,7 +225,11 @@ class Client(_ClientOptions):
         one, else to the target (which hands each shard's jobs to its owner). A dispatcher takes at
         most SHARDQ_MAX_BATCH jobs (10,000) and SHARDQ_MAX_REQUEST_BYTES (64 MiB) in one call, by
         default: split larger batches (RESOURCE_EXHAUSTED or INVALID_ARGUMENT otherwise)."""
-        return self._send(calls.enqueue_many(calls.specs(jobs)))
+        specs = calls.specs(jobs)
+        with _tracing.sending(specs) as span:
+            job_ids = self._send(calls.enqueue_many(specs))
+            _tracing.sent(span, job_ids)
+        return job_ids
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job as the dispatcher's database has it (NotFoundError when there is none)."""
@@ -426,6 +439,7 @@ class AsyncClient(_ClientOptions):
         lease_ttl: float | timedelta | None = None,
         idempotency_key: str | None = None,
         concurrency_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> str:
         """Enqueue one job; returns its id once it is committed (options as for ``Client.enqueue``).
         Calls made concurrently (in the same turn of the event loop) to the same dispatcher share
@@ -433,13 +447,21 @@ class AsyncClient(_ClientOptions):
         spec = job_spec(
             job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
             lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
+            headers=headers,
         )  # fmt: skip
-        return await self._pipeline.enqueue(spec, await self._address_of((spec.type,)))
+        with _tracing.sending([spec]) as span:
+            job_id = await self._pipeline.enqueue(spec, await self._address_of((spec.type,)))
+            _tracing.sent(span, [job_id])
+        return job_id
 
     async def enqueue_many(self, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
         """One call and one transaction: to the shards' owner when the jobs share one, else to the
         target (which hands each shard's jobs to its owner)."""
-        return await self._send(calls.enqueue_many(calls.specs(jobs)))
+        specs = calls.specs(jobs)
+        with _tracing.sending(specs) as span:
+            job_ids = await self._send(calls.enqueue_many(specs))
+            _tracing.sent(span, job_ids)
+        return job_ids
 
     async def get_job(self, job_id: str) -> JobInfo:
         return await self._send(calls.get_job(job_id))

@@ -27,6 +27,7 @@ from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from shardq_common.wakeup import Wakeup
 
+from . import _tracing
 from ._client import CHANNEL_OPTIONS, resolve_security, resolve_target
 from ._context import JobContext
 from ._convert import PRIORITY_NAMES
@@ -644,6 +645,7 @@ class Worker:
             ref.token,
             ref.shard,
             lease.concurrency_key,
+            lease.headers,
         )
         running = _Running(ref=lease.ref, ctx=ctx, ttl_ms=lease.lease_ttl_ms, link=link)
         self._running[ctx.job_id] = running
@@ -674,8 +676,28 @@ class Worker:
 
     async def _execute(self, running: _Running) -> None:
         ctx = running.ctx
+        with _tracing.processing(
+            ctx.job_id, ctx.type, ctx.attempt, ctx.max_attempts, ctx.shard, ctx.headers
+        ) as span:
+            outcome, error = await self._attempt(running)
+            if running.lost:
+                _tracing.lease_lost(span, "the dispatcher rejected the lease")
+            else:
+                _tracing.finished(
+                    span,
+                    ctx.attempt,
+                    ctx.max_attempts,
+                    outcome if isinstance(outcome, pb.Nack) else None,
+                    error,
+                )
+        self._settle(running, outcome)
+
+    async def _attempt(self, running: _Running) -> tuple[pb.Ack | pb.Nack, BaseException | None]:
+        """Run the handler once; its outcome, and the exception that failed it (None otherwise)."""
+        ctx = running.ctx
         handler = self.handlers.get(ctx.type)
         outcome: pb.Ack | pb.Nack
+        error: BaseException | None = None
         running.started = True
         self.log.debug("job started", job=ctx.job_id, type=ctx.type, shard=ctx.shard, attempt=ctx.attempt)
         try:
@@ -694,10 +716,12 @@ class Worker:
         except RateLimited as exc:
             outcome = _rate_limited(running.ref, exc)
         except Retry as exc:
+            error = exc
             outcome = pb.Nack(lease=running.ref, error=str(exc), retryable=True)
             if exc.delay is not None:
                 outcome.retry_delay_ms = max(0, int(exc.delay * 1000))
         except SkipRetry as exc:
+            error = exc
             outcome = pb.Nack(lease=running.ref, error=_describe(exc), retryable=False)
         except _TimedOut:
             outcome = pb.Nack(
@@ -714,10 +738,16 @@ class Worker:
                     retry_delay_ms=0,
                 )
         except Exception as exc:
+            error = exc
             outcome = pb.Nack(lease=running.ref, error=_describe(exc), retryable=True)
         finally:
             self._running.pop(ctx.job_id, None)
             self._running_on[running.link] -= 1
+        return outcome, error
+
+    def _settle(self, running: _Running, outcome: pb.Ack | pb.Nack) -> None:
+        """Queue the outcome for the dispatcher (none for a lost lease) and free the slot."""
+        ctx = running.ctx
         origin = self._links.get(running.link)
         if running.lost:
             if origin is not None:
@@ -777,7 +807,7 @@ class Worker:
     async def _invoke_in_thread(self, handler: Handler, ctx: JobContext) -> Any:
         began: asyncio.Future[None] | None = None
         if self.job_timeout is None:
-            call = self._pool.submit(handler, ctx)
+            call = self._pool.submit(_tracing.bound_to_context(handler), ctx)
         else:
             # The budget is the handler's own running time, not its wait for a thread.
             loop = asyncio.get_running_loop()
@@ -787,7 +817,7 @@ class Worker:
                 loop.call_soon_threadsafe(_resolve, began)
                 return handler(ctx)
 
-            call = self._pool.submit(run)
+            call = self._pool.submit(_tracing.bound_to_context(run))
         try:
             if began is not None:
                 await began

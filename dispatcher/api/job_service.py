@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -295,4 +296,5 @@ def job_message(row: JobRow) -> pb.Job:
         schedule=row.schedule or "",
         concurrency_key=row.concurrency_key or "",
         rate_limited=row.rate_limited,
+        headers=json.loads(row.headers) if row.headers else None,
     )

@@ -166,3 +166,10 @@ def _check_new_record(record: JobRecord, field: str, shard: int, shard_count: in
         raise InvalidArgument(f"{field}.idempotency_key: not an idempotency key")
     if record.concurrency_key:
         flow.concurrency_key(record.concurrency_key, f"{field}.concurrency_key")
+    headers = record.headers
+    if headers is not None:
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise InvalidArgument(f"{field}.headers: not a map of strings")
+        validation.job_headers(headers, f"{field}.headers")

@@ -1,4 +1,4 @@
-"""``dispatcher run`` and ``dispatcher demo``."""
+"""``dispatcher run``, ``dispatcher demo`` and ``dispatcher demo-worker``."""
 
 from __future__ import annotations
 
@@ -51,6 +51,12 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(jobs=args.jobs)
 
 
+def _demo_worker(args: argparse.Namespace) -> int:
+    from .demo_worker import run_demo_worker
+
+    return run_demo_worker(args.target, args.concurrency)
+
+
 def main(argv: list[str] | None = None) -> int:
     missing = missing_dispatcher_extra()
     if missing:
@@ -80,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo.add_argument("--jobs", type=int, default=40, help="how many jobs the demo enqueues")
     demo.set_defaults(func=_demo)
+    demo_worker = sub.add_parser(
+        "demo-worker", help="run a worker with demonstration handlers (demo.echo, demo.sleep, ...)"
+    )
+    demo_worker.add_argument("--target", help="the dispatcher's address (env SHARDQ_TARGET)")
+    demo_worker.add_argument("--concurrency", type=int, default=16, help="jobs run at once")
+    demo_worker.set_defaults(func=_demo_worker)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -21,6 +21,7 @@ of each page can be leased as soon as that page is restored.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 
 import structlog
@@ -65,6 +66,7 @@ def record_from_row(row: JobRow, now: int, *, requeue: bool = False) -> JobRecor
         idempotency_key=row.idem_key or "",
         concurrency_key=row.concurrency_key or "",
         rate_limited=row.rate_limited,
+        headers=json.loads(row.headers) if row.headers else None,
     )
 
 

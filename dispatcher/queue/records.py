@@ -6,6 +6,7 @@ the same names (see scripts/includes/record.lua).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,9 @@ class JobRecord:
     holder: str = ""  # o: the worker stream holding the lease (only its clean-up may shorten it)
     concurrency_key: str = ""  # g: the key its type's per-key limits and round robin go by ('' none)
     rate_limited: int = 0  # w: times its handler raised RateLimited (attempts not charged)
+    # h: the job's headers (a msgpack map, absent when it has none), delivered with every lease. In the
+    # record rather than beside it: every script that rewrites a record keeps it, a hand-off carries it.
+    headers: Mapping[str, str] | None = None
 
     def pack(self, state: JobState | None = None) -> bytes:
         """msgpack of the record; ``state`` replaces its state (a new job's is decided when queued).
@@ -74,6 +78,8 @@ class JobRecord:
             data["g"] = self.concurrency_key
         if self.rate_limited:
             data["w"] = self.rate_limited
+        if self.headers:
+            data["h"] = dict(self.headers)
         return msgpack.packb(data)
 
     @classmethod
@@ -98,4 +104,5 @@ class JobRecord:
             holder=d.get("o", ""),
             concurrency_key=d.get("g", ""),
             rate_limited=int(d.get("w", 0)),
+            headers=d.get("h") or None,
         )

@@ -22,6 +22,7 @@ from ..config import Settings
 from ..ops import metrics
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
+from ..ops.tracing import now_ns, spans
 from .fairness import FairPicker
 from .ownership import Ownership
 from .states import Priority
@@ -235,6 +236,7 @@ class WorkerSession:
         if epoch is None:
             return 0, picks  # moved away since the round began
         try:
+            start_ns = now_ns() if spans.enabled else 0
             try:
                 leased = await self.working_set.lease(
                     shard,
@@ -275,6 +277,17 @@ class WorkerSession:
             self.types_of[g.id] = g.type
             self.writer.record(shard, lease_update(g, now), defer_ms=LEASE_WRITE_DELAY_MS)
         self._send_leases(grants)
+        if spans.enabled:
+            spans.record(
+                "shardq lease",
+                start_ns,
+                (g.headers for g in grants),
+                {
+                    "messaging.destination.partition.id": str(shard),
+                    "messaging.batch.message_count": len(grants),
+                    "messaging.consumer.group.name": self.worker_id,
+                },
+            )
         for g in grants:
             self.log.debug("job leased", job=g.id, type=g.type, shard=g.shard, attempt=g.attempt)
         self.context.on_leased(grants)
@@ -366,6 +379,8 @@ def _leases_message(grants: list[Grant]) -> pb.DispatcherMessage:
             enqueued_at_ms=g.enqueued_at_ms,
             concurrency_key=g.concurrency_key,
         )
+        if g.headers:
+            lease.headers.update(g.headers)
         ref = lease.ref
         ref.job_id, ref.token, ref.shard = g.id, g.token, g.shard
     return message

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 from shardq_common.errors import NotOwner
 
 from ..config import RetryPolicy
@@ -80,6 +82,7 @@ class Grant:
     enqueued_at_ms: int
     payload: bytes
     concurrency_key: str = ""
+    headers: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -167,7 +170,7 @@ class CancelOutcome:
 _RETURNED_AS = {ReturnCode.READY: JobState.READY, ReturnCode.CANCELLED: JobState.CANCELLED}
 # Entries per job in the flat replies of these scripts (see each script's header).
 _PEEK_ENTRIES = 3
-_LEASE_ENTRIES = 13
+_LEASE_ENTRIES = 14
 _ACK_ENTRIES = 4
 _RETRY_ENTRIES = 7
 _REAP_ENTRIES = 7
@@ -300,6 +303,7 @@ class WorkingSet:
                 enqueued,
                 payload,
                 concurrency_key,
+                headers,
             ) = result[i : i + _LEASE_ENTRIES]
             grants.append(
                 Grant(
@@ -317,6 +321,7 @@ class WorkingSet:
                     enqueued,
                     payload,
                     concurrency_key.decode(),
+                    msgpack.unpackb(headers, raw=False) if headers else None,
                 )
             )
         return LeaseRound(grants, unfilled, int(result[-2]), held_back)

@@ -18,7 +18,7 @@ from .schedules import ScheduleQueries
 COLUMNS = (
     "id, type, shard, priority, payload, status, run_at, lease_until, attempts, failures, expirations, "
     "max_attempts, lease_ttl_ms, idem_key, last_error, dead_reason, result, enqueued_at, started_at, "
-    "finished_at, updated_at, schedule, concurrency_key, rate_limited"
+    "finished_at, updated_at, schedule, concurrency_key, rate_limited, headers"
 )
 ACTIVE_STATES = ("delayed", "ready", "leased")
 
@@ -49,6 +49,7 @@ class JobRow:
     schedule: str | None = None  # the schedule that materialized it
     concurrency_key: str | None = None  # its type's per-key limits go by it (None: none)
     rate_limited: int = 0  # retries its handler asked for by raising RateLimited (no attempt charged)
+    headers: str | None = None  # JSON object of the job's headers (migration 0009); None: none
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobRow:
@@ -74,6 +75,7 @@ class JobRow:
             self.enqueued_at,
             self.updated_at,
             self.concurrency_key,
+            self.headers,
         )
 
 
@@ -184,7 +186,7 @@ _UPDATE = (
 )
 NEW_JOB_COLUMNS = (
     "id, type, shard, priority, payload, status, run_at, max_attempts, lease_ttl_ms, idem_key, "
-    "enqueued_at, updated_at, concurrency_key"
+    "enqueued_at, updated_at, concurrency_key, headers"
 )
 _INSERT = (
     f"INSERT INTO jobs ({NEW_JOB_COLUMNS}) VALUES ({', '.join('?' * len(NEW_JOB_COLUMNS.split(',')))}) "

@@ -39,7 +39,7 @@ _UPDATE_MANY = (
 # conflicts, so batches with idempotency keys take the INSERT.
 _NEW_JOB_TYPES = (
     *("text", "text", "int4", "int2", "bytea", "text"),
-    *("int8", "int4", "int4", "text", "int8", "int8", "text"),
+    *("int8", "int4", "int4", "text", "int8", "int8", "text", "text"),
 )
 _COPY_NEW_JOBS = f"COPY jobs ({NEW_JOB_COLUMNS}) FROM STDIN (FORMAT BINARY)"
 _INSERT_NEW_JOBS = (

@@ -60,7 +60,14 @@ CATCH_UP_LATEST: CatchUp
 CATCH_UP_NONE: CatchUp
 
 class JobSpec(_message.Message):
-    __slots__ = ("type", "payload", "priority", "run_at_ms", "delay_ms", "max_attempts", "lease_ttl_ms", "idempotency_key", "concurrency_key")
+    __slots__ = ("type", "payload", "priority", "run_at_ms", "delay_ms", "max_attempts", "lease_ttl_ms", "idempotency_key", "concurrency_key", "headers")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +77,7 @@ class JobSpec(_message.Message):
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
     type: str
     payload: bytes
     priority: Priority
@@ -79,7 +87,8 @@ class JobSpec(_message.Message):
     lease_ttl_ms: int
     idempotency_key: str
     concurrency_key: str
-    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., run_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., concurrency_key: _Optional[str] = ...) -> None: ...
+    headers: _containers.ScalarMap[str, str]
+    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., run_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class EnqueueRequest(_message.Message):
     __slots__ = ("job",)
@@ -116,7 +125,14 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard", "schedule", "concurrency_key", "rate_limited")
+    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard", "schedule", "concurrency_key", "rate_limited", "headers")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +155,7 @@ class Job(_message.Message):
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
     id: str
     type: str
     priority: Priority
@@ -161,7 +178,8 @@ class Job(_message.Message):
     schedule: str
     concurrency_key: str
     rate_limited: int
-    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ..., schedule: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., rate_limited: _Optional[int] = ...) -> None: ...
+    headers: _containers.ScalarMap[str, str]
+    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ..., schedule: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., rate_limited: _Optional[int] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -380,7 +398,14 @@ class WorkerMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., acks: _Optional[_Union[Acks, _Mapping]] = ..., nacks: _Optional[_Union[Nacks, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., then_credit: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("ref", "type", "payload", "priority", "attempt", "max_attempts", "deadline_ms", "lease_ttl_ms", "idempotency_key", "run_at_ms", "enqueued_at_ms", "concurrency_key")
+    __slots__ = ("ref", "type", "payload", "priority", "attempt", "max_attempts", "deadline_ms", "lease_ttl_ms", "idempotency_key", "run_at_ms", "enqueued_at_ms", "concurrency_key", "headers")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     REF_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -393,6 +418,7 @@ class Lease(_message.Message):
     RUN_AT_MS_FIELD_NUMBER: _ClassVar[int]
     ENQUEUED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
     ref: LeaseRef
     type: str
     payload: bytes
@@ -405,7 +431,8 @@ class Lease(_message.Message):
     run_at_ms: int
     enqueued_at_ms: int
     concurrency_key: str
-    def __init__(self, ref: _Optional[_Union[LeaseRef, _Mapping]] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., run_at_ms: _Optional[int] = ..., enqueued_at_ms: _Optional[int] = ..., concurrency_key: _Optional[str] = ...) -> None: ...
+    headers: _containers.ScalarMap[str, str]
+    def __init__(self, ref: _Optional[_Union[LeaseRef, _Mapping]] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., run_at_ms: _Optional[int] = ..., enqueued_at_ms: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Leases(_message.Message):
     __slots__ = ("leases",)
