@@ -116,10 +116,10 @@ class ShardKeys:
         scored by turn number (the lowest goes next); '' stands for the type's jobs without a key."""
         return f"{self.tag}:kq:{int(priority)}:{job_type}"
 
-    def blocked_keys(self, job_type: str, priority: Priority | int) -> str:
-        """Sorted set: keys with ready jobs at their concurrency limit, out of the round until one of
-        their leases ends or the type's settings change."""
-        return f"{self.tag}:kb:{int(priority)}:{job_type}"
+    def blocked_keys(self, job_type: str) -> str:
+        """Hash: concurrency key -> the classes (a bit each) in which it has ready jobs but reached
+        its limit: out of those rounds until one of its leases ends or the type's settings change."""
+        return f"{self.tag}:kblocked:{job_type}"
 
     @property
     def key_settings_seen(self) -> str:

@@ -371,7 +371,8 @@ class FlowStateMachine(RuleBasedStateMachine):
             ), f"{job_id} ready but not in its key's set"
             in_round = self.run(self.redis.zscore(self.k.eligible_keys(r.type, r.priority), key)) is not None
             waiting = self.run(self.redis.zscore(self.k.waiting_keys(r.type, r.priority), key)) is not None
-            blocked = self.run(self.redis.zscore(self.k.blocked_keys(r.type, r.priority), key)) is not None
+            classes = int(self.run(self.redis.hget(self.k.blocked_keys(r.type), key)) or 0)
+            blocked = bool(classes & (1 << int(r.priority)))
             if blocked:
                 assert leased[(r.type, key)] > 0, f"key {key} of {r.type} blocked with nothing running"
             assert in_round or waiting or blocked, (

@@ -45,18 +45,23 @@ local types = {}
 for j = 1, ntypes do types[j] = ARGV[7 + j] end
 
 -- The heads of the ready sets, read a page at a time; taken members are removed at the end. A key's
--- set starts with a small page that doubles: a call takes a few jobs of each of many keys.
-local heads = {}  -- key -> {items = {member, score, ...}, pos, offset, done, size}
+-- set is popped instead, a small page first that doubles (a call takes a few jobs of each of many
+-- keys, often their only one), and what was popped but not taken goes back at the end.
+local heads = {}  -- key -> {items = {member, score, ...}, pos, offset, done, size, popped}
 local function head(key, first_page)
   local h = heads[key]
   if not h then
-    h = {items = {}, pos = 1, offset = 0, done = false, size = first_page or page}
+    h = {items = {}, pos = 1, offset = 0, done = false, size = first_page or page, popped = first_page ~= nil}
     heads[key] = h
   end
   if h.pos > #h.items and not h.done then
-    h.items = redis.call('ZRANGE', key, h.offset, h.offset + h.size - 1, 'WITHSCORES')
+    if h.popped then
+      h.items = redis.call('ZPOPMIN', key, h.size)
+    else
+      h.items = redis.call('ZRANGE', key, h.offset, h.offset + h.size - 1, 'WITHSCORES')
+      h.offset = h.offset + #h.items / 2
+    end
     h.pos = 1
-    h.offset = h.offset + #h.items / 2
     h.done = #h.items / 2 < h.size
     h.size = math.min(2 * h.size, page)
   end
@@ -95,7 +100,7 @@ if ntypes > 0 then
         key_limited = (cfg.kn or 0) > 0 or cfg.ko ~= nil, key_gated = cfg.kr ~= nil or keyed[j] == KEYED.KEY_GATES,
         allow = nil,  -- leases left under the type's concurrency limit, read when first needed
         running = {}, key_tat = {}, key_tat_dirty = {},  -- per key, read a page of keys at a time
-        cand = {}, prepared = {}, turn = {}, page = {},  -- per class
+        cand = {}, prepared = {}, turn = {}, page = {}, moves = {},  -- per class
       }
     end
   end
@@ -163,6 +168,7 @@ end
 -- jobs without a key take part as the key ''.
 local function prepare(f, j, class)
   f.prepared[class] = true
+  f.moves[class] = {}
   local job_type = types[j]
   local round, waiting = kq_key(tag, class, job_type), kw_key(tag, class, job_type)
   f.turn[class] = tonumber(redis.call('HGET', tag .. ':kvt', class .. ':' .. job_type) or 0)
@@ -174,9 +180,16 @@ local function prepare(f, j, class)
   end
   local seen_field = class .. ':' .. job_type
   if (redis.call('HGET', tag .. ':kcfg', seen_field) or '') ~= f.raw then
-    local blocked = kb_key(tag, class, job_type)
-    for _, key in ipairs(redis.call('ZRANGE', blocked, 0, -1)) do join(key) end
-    redis.call('DEL', blocked)
+    local blocked = kblocked_key(tag, job_type)
+    local masks = redis.call('HGETALL', blocked)
+    for i = 1, #masks, 2 do
+      local key, classes = masks[i], tonumber(masks[i + 1])
+      if bit.band(classes, 2 ^ class) ~= 0 then
+        join(key)
+        classes = classes - 2 ^ class
+        if classes > 0 then redis.call('HSET', blocked, key, classes) else redis.call('HDEL', blocked, key) end
+      end
+    end
     redis.call('HSET', tag .. ':kcfg', seen_field, f.raw)
   end
   local due = redis.call('ZRANGEBYSCORE', waiting, '-inf', now)
@@ -187,11 +200,31 @@ local function prepare(f, j, class)
   if head(ready_key(class, j)) then join('') end
 end
 
+-- Keys that took their turn (to the back: their new turn number) or left the round (false), written
+-- once for many turns: before the round is read again, and at the end.
+local function flush_moves(f, j, class)
+  local moves = f.moves[class]
+  if next(moves) == nil then return end
+  local back, gone = {}, {}
+  for key, turn in pairs(moves) do
+    if turn then
+      back[#back + 1] = turn; back[#back + 1] = key
+    else
+      gone[#gone + 1] = key
+    end
+  end
+  local round = kq_key(tag, class, types[j])
+  if #back > 0 then batched('ZADD', round, back) end
+  if #gone > 0 then batched('ZREM', round, gone) end
+  f.moves[class] = {}
+end
+
 -- The head of the round, read a page of keys at a time with what their checks need: a key that takes
 -- its turn goes to the back or leaves, so the page stays in the round's order until it is used up.
 local function round_page(f, j, class)
   local ps = f.page[class]
   if ps and ps.pos <= #ps.items then return ps end
+  flush_moves(f, j, class)
   local items = redis.call('ZRANGE', kq_key(tag, class, types[j]), 0, page - 1, 'WITHSCORES')
   ps = {items = items, pos = 1}
   f.page[class] = ps
@@ -233,7 +266,9 @@ local function keyed_candidate(j, class)
       local limit = f.key_limited and key_limit(f.cfg, key) or 0
       if limit > 0 and key_running(f, j, key) >= limit then
         open = false  -- back when one of its leases ends (flow_release) or the settings change
-        redis.call('ZADD', kb_key(tag, class, job_type), turn, key)
+        local blocked = kblocked_key(tag, job_type)
+        local classes = tonumber(redis.call('HGET', blocked, key) or 0)
+        redis.call('HSET', blocked, key, bit.bor(classes, 2 ^ class))
         hold_back(j, 'key_concurrency')
       elseif f.key_gated then
         local at = key_tat(f, j, key) - f.key_tolerance
@@ -251,7 +286,7 @@ local function keyed_candidate(j, class)
       return cand
     end
     ps.pos = ps.pos + 2
-    redis.call('ZREM', round, key)
+    f.moves[class][key] = false
     if f.cfg.kw then redis.call('HDEL', kturn_key(tag, class, job_type), key) end
   end
 end
@@ -259,9 +294,12 @@ end
 local empty = {}
 local taken = {}  -- key -> members to remove
 local function take(set, id)
-  heads[set].pos = heads[set].pos + 2
-  taken[set] = taken[set] or {}
-  taken[set][#taken[set] + 1] = id
+  local h = heads[set]
+  h.pos = h.pos + 2
+  if not h.popped then
+    taken[set] = taken[set] or {}
+    taken[set][#taken[set] + 1] = id
+  end
 end
 
 local function take_keyed(j, class, cand)
@@ -280,14 +318,14 @@ local function take_keyed(j, class, cand)
   if h.done and h.pos > #h.items then
     -- its last ready job: the key leaves the round (it joins again with its next ready job)
     cand.page.pos = cand.page.pos + 2
-    redis.call('ZREM', kq_key(tag, class, types[j]), key)
+    f.moves[class][key] = false
     if weight > 1 then redis.call('HDEL', kturn_key(tag, class, types[j]), key) end
   elseif weight <= 1 or redis.call('HINCRBY', kturn_key(tag, class, types[j]), key, 1) >= weight then
     -- to the back, after as many leases in a row as its weight
     if weight > 1 then redis.call('HDEL', kturn_key(tag, class, types[j]), key) end
     cand.page.pos = cand.page.pos + 2
     f.turn[class] = f.turn[class] + 1
-    redis.call('ZADD', kq_key(tag, class, types[j]), f.turn[class], key)
+    f.moves[class][key] = f.turn[class]
   end
   f.cand[class] = nil
 end
@@ -344,6 +382,13 @@ for p = 1, #picks do
   end
 end
 for key, members in pairs(taken) do batched('ZREM', key, members) end
+for key, h in pairs(heads) do
+  if h.popped and h.pos <= #h.items then
+    local back = {}
+    for i = h.pos, #h.items, 2 do back[#back + 1] = h.items[i + 1]; back[#back + 1] = h.items[i] end
+    batched('ZADD', key, back)
+  end
+end
 
 local out = {}
 if #chosen > 0 then
@@ -387,10 +432,18 @@ if #chosen > 0 then
   batched('HSET', KEYS[2], records)
   batched('ZADD', KEYS[4], leased)
   for job_type, keys in pairs(keyed) do
-    for key, n in pairs(keys) do redis.call('HINCRBY', krun_key(tag, job_type), key, n) end
+    local names = {}
+    for key in pairs(keys) do names[#names + 1] = key end
+    local running = read_many(krun_key(tag, job_type), names)
+    local counts = {}
+    for n, key in ipairs(names) do
+      counts[#counts + 1] = key; counts[#counts + 1] = tonumber(running[n] or 0) + keys[key]
+    end
+    batched('HSET', krun_key(tag, job_type), counts)
   end
 end
 for j, f in pairs(flow) do
+  for class in pairs(f.moves) do flush_moves(f, j, class) end
   if f.tat ~= f.tat_read then redis.call('HSET', tag .. ':gate', types[j], f.tat) end
   for key in pairs(f.key_tat_dirty) do redis.call('HSET', kgate_key(tag, types[j]), key, f.key_tat[key]) end
   for class, turn in pairs(f.turn) do redis.call('HSET', tag .. ':kvt', class .. ':' .. types[j], turn) end

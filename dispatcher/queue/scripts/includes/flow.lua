@@ -16,8 +16,8 @@ local function kw_key(tag, class, job_type)
   return tag .. ':kw:' .. class .. ':' .. job_type
 end
 
-local function kb_key(tag, class, job_type)
-  return tag .. ':kb:' .. class .. ':' .. job_type
+local function kblocked_key(tag, job_type)
+  return tag .. ':kblocked:' .. job_type
 end
 
 local function kr_key(tag, class, job_type, key)
@@ -87,13 +87,16 @@ local function flow_release(tag, recs)
     end
   end
   for job_type, keys in pairs(freed) do
-    local running = krun_key(tag, job_type)
+    local running, blocked = krun_key(tag, job_type), kblocked_key(tag, job_type)
     for key, n in pairs(keys) do
       if redis.call('HINCRBY', running, key, -n) <= 0 then redis.call('HDEL', running, key) end
-      for class = 0, 2 do
-        if redis.call('ZREM', kb_key(tag, class, job_type), key) == 1
-            or redis.call('EXISTS', kr_key(tag, class, job_type, key)) == 1 then
-          join_round(tag, class, job_type, key)
+      -- A key with ready jobs is in the round, waiting for its rate, or blocked: only a blocked one
+      -- rejoins (in each class it was blocked in).
+      local classes = tonumber(redis.call('HGET', blocked, key) or 0)
+      if classes > 0 then
+        redis.call('HDEL', blocked, key)
+        for class = 0, 2 do
+          if bit.band(classes, 2 ^ class) ~= 0 then join_round(tag, class, job_type, key) end
         end
       end
     end
