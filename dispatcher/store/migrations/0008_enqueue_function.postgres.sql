@@ -31,26 +31,39 @@ END
 $$;
 
 -- A job id as dispatcher/queue/ids.py makes one: 26 characters of Crockford base32, 48 bits of
--- milliseconds (at_ms) then 80 random bits, one character per random byte's low 5 bits. The bytes
--- come from gen_random_uuid (a strong source built in since PostgreSQL 13): of a version-4 UUID's 16
--- bytes, byte 6 carries the version in its high nibble and byte 8 the variant in its top 2 bits, so
--- the 16th character takes byte 6's low 4 bits and a fifth random bit of byte 8.
-CREATE FUNCTION shardq_new_job_id(at_ms bigint) RETURNS text
-LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
+-- milliseconds (10 characters, shardq_job_id_time) then 80 random bits (16 characters, one per random
+-- byte's low 5 bits, shardq_job_id_random). The ids of one call share their time, as a batch's do.
+CREATE FUNCTION shardq_job_id_time(at_ms bigint) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE
     alphabet CONSTANT text := '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
     id text := '';
-    b bytea := uuid_send(gen_random_uuid());
 BEGIN
     FOR i IN REVERSE 9 .. 0 LOOP
         id := id || substr(alphabet, ((at_ms >> (5 * i)) & 31)::int + 1, 1);
     END LOOP;
-    FOR i IN 0 .. 15 LOOP
-        IF i <> 6 THEN
-            id := id || substr(alphabet, (get_byte(b, i) & 31) + 1, 1);
-        END IF;
-    END LOOP;
-    RETURN id || substr(alphabet, ((get_byte(b, 6) & 15) | ((get_byte(b, 8) & 32) >> 1)) + 1, 1);
+    RETURN id;
+END
+$$;
+
+-- The random bytes come from gen_random_uuid (a strong source built in since PostgreSQL 13): of a
+-- version-4 UUID's 16 bytes, byte 6 carries the version in its high nibble and byte 8 the variant in
+-- its top 2 bits, so the 16th character takes byte 6's low 4 bits and a fifth random bit of byte 8.
+CREATE FUNCTION shardq_job_id_random() RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
+DECLARE
+    alphabet CONSTANT text := '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
+    b CONSTANT bytea := uuid_send(gen_random_uuid());
+BEGIN
+    RETURN substr(alphabet, (get_byte(b, 0) & 31) + 1, 1) || substr(alphabet, (get_byte(b, 1) & 31) + 1, 1)
+        || substr(alphabet, (get_byte(b, 2) & 31) + 1, 1) || substr(alphabet, (get_byte(b, 3) & 31) + 1, 1)
+        || substr(alphabet, (get_byte(b, 4) & 31) + 1, 1) || substr(alphabet, (get_byte(b, 5) & 31) + 1, 1)
+        || substr(alphabet, (get_byte(b, 7) & 31) + 1, 1) || substr(alphabet, (get_byte(b, 8) & 31) + 1, 1)
+        || substr(alphabet, (get_byte(b, 9) & 31) + 1, 1) || substr(alphabet, (get_byte(b, 10) & 31) + 1, 1)
+        || substr(alphabet, (get_byte(b, 11) & 31) + 1, 1) || substr(alphabet, (get_byte(b, 12) & 31) + 1, 1)
+        || substr(alphabet, (get_byte(b, 13) & 31) + 1, 1) || substr(alphabet, (get_byte(b, 14) & 31) + 1, 1)
+        || substr(alphabet, (get_byte(b, 15) & 31) + 1, 1)
+        || substr(alphabet, ((get_byte(b, 6) & 15) | ((get_byte(b, 8) & 32) >> 1)) + 1, 1);
 END
 $$;
 
@@ -85,6 +98,8 @@ DECLARE
     max_batch integer;
     n integer := coalesce(cardinality(job_types), 0);
     now_ms bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    -- All the ids of a call share their millisecond, as a batch's do in new_job_ids.
+    id_prefix text := shardq_job_id_time(now_ms);
     field text;
     t text;
     p text;
@@ -102,7 +117,6 @@ DECLARE
     attempts_col integer[] := '{}';
     ttls integer[] := '{}';
     keys text[] := '{}';
-    id_prefix text;
     out_ids text[];
     missing integer;
     notify_shards integer[];
@@ -196,11 +210,7 @@ BEGIN
         IF NOT shard_of ? t THEN
             shard_of := shard_of || jsonb_build_object(t, shardq_crc32(convert_to(t, 'UTF8')) % shard_count);
         END IF;
-        -- All the ids of a call share their millisecond, as a batch's do in new_job_ids.
-        IF id_prefix IS NULL THEN
-            id_prefix := left(shardq_new_job_id(now_ms), 10);
-        END IF;
-        ids := ids || (id_prefix || right(shardq_new_job_id(now_ms), 16));
+        ids := ids || (id_prefix || shardq_job_id_random());
         shards := shards || (shard_of ->> t)::integer;
         prios := prios || (CASE p WHEN 'high' THEN 0 WHEN 'default' THEN 1 ELSE 2 END)::smallint;
         statuses := statuses || (CASE WHEN given_run_at > now_ms THEN 'delayed' ELSE 'ready' END);
