@@ -7,6 +7,7 @@ the reconciler, finding such a job not pushed yet, notes it rather than reportin
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -327,3 +328,38 @@ async def test_the_reconciler_notes_a_job_not_pushed_yet_instead_of_reporting_it
     events = {e["event"]: e for e in logs}
     assert "restored jobs missing from Redis" not in events
     assert events["restored committed jobs whose push had failed"]["restored"] == 1
+
+
+def test_a_producer_role_needs_execute_on_the_functions_and_nothing_on_the_tables(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    """The grants docs/operations.md gives a producer: CONNECT, USAGE on the schema, EXECUTE on the two
+    versioned functions. The tables and the internal function stay out of its reach."""
+    role = f"shardq_producer_{uuid.uuid4().hex[:8]}"
+    database = db_url.rsplit("/", 1)[1]
+    conn.autocommit = True
+    conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'producer'")
+    try:
+        conn.execute(f'GRANT CONNECT ON DATABASE "{database}" TO {role}')
+        conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+        conn.execute(f"GRANT EXECUTE ON FUNCTION shardq_enqueue_v1, shardq_enqueue_many_v1 TO {role}")
+        producer_url = psycopg.conninfo.make_conninfo(db_url, user=role, password="producer")
+        with psycopg.connect(producer_url) as producer:
+            job_id = enqueue_in_transaction(producer, "granted.job", {"ok": True})
+            many = enqueue_many_in_transaction(producer, [{"type": "granted.job"}] * 2)
+            producer.commit()
+            for statement in (
+                "SELECT COUNT(*) FROM jobs",
+                "INSERT INTO jobs_to_push VALUES ('x', 0)",
+                "UPDATE cluster_meta SET value = '1'",
+                "SELECT shardq_enqueue_rows(false, ARRAY['a'], NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+            ):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    producer.execute(statement)
+                producer.rollback()
+        owners = dict(conn.execute("SELECT id, type FROM jobs").fetchall())
+        assert owners == {job_id: "granted.job", many[0]: "granted.job", many[1]: "granted.job"}
+    finally:
+        conn.execute(f'REVOKE ALL ON DATABASE "{database}" FROM {role}')
+        conn.execute(f"DROP OWNED BY {role}")
+        conn.execute(f"DROP ROLE {role}")

@@ -273,7 +273,7 @@ CREATE FUNCTION shardq_enqueue_v1(
     lease_ttl_ms integer DEFAULT NULL,
     idempotency_key text DEFAULT NULL
 ) RETURNS text
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE sql VOLATILE SECURITY DEFINER AS $$
     SELECT (shardq_enqueue_rows(true, ARRAY[job_type], ARRAY[payload], ARRAY[priority], ARRAY[run_at_ms],
                                 ARRAY[delay_ms], ARRAY[max_attempts], ARRAY[lease_ttl_ms],
                                 ARRAY[idempotency_key]))[1]
@@ -291,11 +291,22 @@ CREATE FUNCTION shardq_enqueue_many_v1(
     lease_ttl_ms integer[] DEFAULT NULL,
     idempotency_keys text[] DEFAULT NULL
 ) RETURNS text[]
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE sql VOLATILE SECURITY DEFINER AS $$
     SELECT shardq_enqueue_rows(false, job_types, payloads, priorities, run_at_ms, delay_ms, max_attempts,
                                lease_ttl_ms, idempotency_keys)
 $$;
 
+-- They run with the rights of their owner (the dispatcher's role), so a producer needs EXECUTE on them
+-- and nothing on the tables. Their names are looked up in the schema they were created in, then
+-- pg_temp last, so that no object a caller creates can stand in for one of shardq's.
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION shardq_enqueue_v1(text, bytea, text, bigint, bigint, integer, integer, text) '
+                   'SET search_path = %I, pg_catalog, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION shardq_enqueue_many_v1(text[], bytea[], text[], bigint[], bigint[], integer[], '
+                   'integer[], text[]) SET search_path = %I, pg_catalog, pg_temp', current_schema());
+END
+$$;
 -- Only the two versioned functions are the producers' to call (docs/operations.md: the grants).
 REVOKE ALL ON FUNCTION shardq_enqueue_rows(boolean, text[], bytea[], text[], bigint[], bigint[], integer[], integer[], text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION shardq_enqueue_v1(text, bytea, text, bigint, bigint, integer, integer, text) FROM PUBLIC;
