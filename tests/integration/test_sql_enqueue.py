@@ -10,6 +10,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -363,3 +364,35 @@ def test_a_producer_role_needs_execute_on_the_functions_and_nothing_on_the_table
         conn.execute(f'REVOKE ALL ON DATABASE "{database}" FROM {role}')
         conn.execute(f"DROP OWNED BY {role}")
         conn.execute(f"DROP ROLE {role}")
+
+
+def test_the_sdk_helpers_work_on_a_django_cursor(store: Store, db_url: str) -> None:
+    """Django's connection, as the README shows it: a DB-API cursor inside transaction.atomic()."""
+    django = pytest.importorskip("django")
+    from django.conf import settings
+
+    parts = urlsplit(db_url)
+    if not settings.configured:
+        settings.configure(USE_TZ=True, DATABASES={"default": {"ENGINE": "django.db.backends.postgresql"}})
+        django.setup()
+    from django.db import connection, transaction
+
+    connection.settings_dict.update(
+        NAME=parts.path[1:], USER=parts.username, PASSWORD=parts.password or "", HOST=parts.hostname,
+        PORT=str(parts.port or 5432),
+    )  # fmt: skip
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            job_id = enqueue_in_transaction(cursor, "django.job", {"a": 1})
+            batch = enqueue_many_in_transaction(cursor, [{"type": "django.job"}] * 2)
+        with pytest.raises(InvalidArgumentError, match=r"job\.type: must not be empty"):
+            with transaction.atomic(), connection.cursor() as cursor:
+                enqueue_in_transaction(cursor, "")
+        with pytest.raises(RuntimeError), transaction.atomic(), connection.cursor() as cursor:
+            enqueue_in_transaction(cursor, "django.rolled_back")
+            raise RuntimeError("the view failed after the enqueue")
+    finally:
+        connection.close()
+    with psycopg.connect(db_url) as conn:
+        types = dict(conn.execute("SELECT id, type FROM jobs").fetchall())
+    assert types == {job_id: "django.job", batch[0]: "django.job", batch[1]: "django.job"}
