@@ -55,7 +55,11 @@ def test_compose_yaml_is_valid_against_the_compose_specification(
 
 @pytest.mark.parametrize(
     "breakage",
-    ["an unknown service key", "a restart policy that is a list", "depends_on a condition that does not exist"],
+    [
+        "an unknown service key",
+        "a restart policy that is a list",
+        "depends_on a condition that does not exist",
+    ],
 )
 def test_the_schema_refuses_a_broken_file(
     compose: dict[str, Any], validator: jsonschema.protocols.Validator, breakage: str
