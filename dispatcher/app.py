@@ -17,7 +17,11 @@ from .cluster.handoff import HandOff
 from .cluster.peers import Peers
 from .config import Settings
 from .ops import redis_client
+from .ops.tracing import spans
+from .queue import flow_file
 from .queue.cancel import Canceller
+from .queue.flow_mirror import FlowMirror
+from .queue.flow_settings import FlowSettings, fields_of
 from .queue.ingest import Ingestor
 from .queue.keys import CLUSTER_KEY
 from .queue.lease_returns import LeaseReturns
@@ -49,6 +53,7 @@ class Dispatcher:
         advertise: str,
         peers: ChannelSecurity | None = None,
     ) -> None:
+        spans.configure(settings.trace_spans)  # refused here, at start, without opentelemetry-api
         self.settings = settings
         self.redis = redis
         self.store = store
@@ -63,8 +68,17 @@ class Dispatcher:
             settings.ownership_ttl_ms,
             self._on_acquired,
             self._on_lost,
+            lambda shard: self.flow_mirror.before_serving(shard),
         )
         self.sessions = SessionRegistry()
+        self.flow_mirror = FlowMirror(
+            store,
+            redis,
+            settings.shard_count,
+            lambda: list(self.ownership.epochs),
+            self.sessions.notify_shard,
+        )
+        self.flow = FlowSettings(store, self.flow_mirror)
         # The reaper's expiries go to the transition sink, which wakes the promoters: one is made
         # before the other, so the reapers reach the sink through this callback.
         self.loops = ShardLoops(
@@ -150,12 +164,16 @@ class Dispatcher:
         )
         await self._check_redis_shard_count()
         await self._declare_schedules()
+        await self._declare_queues()
+        # Before any shard is acquired: each is served only once its settings are in Redis.
+        await self.flow_mirror.load()
         self.writer.start()
         self.ingest.commit.start()
         await self.coordinator.join()
         self._tasks.append(asyncio.create_task(self.coordinator.run(), name="coordinator"))
         self._tasks.append(asyncio.create_task(self.reconciles.run(), name="reconcile"))
         self._tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
+        self._tasks.append(asyncio.create_task(self.flow_mirror.run(), name="flow-mirror"))
         self._tasks.append(asyncio.create_task(self.sql_enqueues.run(), name="sql-enqueues"))
         log.info(
             "dispatcher started",
@@ -188,6 +206,21 @@ class Dispatcher:
         for i, spec in enumerate(schedules_file.load(self.settings.schedules_file)):
             try:
                 await self.scheduler.declare(spec, f"{self.settings.schedules_file}: schedule #{i + 1}")
+            except InvalidArgument as exc:
+                raise ConfigError(str(exc)) from None
+
+    async def _declare_queues(self) -> None:
+        """The queue settings of SHARDQ_QUEUES_FILE: the fields each entry gives are set, the others
+        keep what the DB holds (a pause made from the command line survives a restart)."""
+        if not self.settings.queues_file:
+            return
+        for job_type, (given, names) in flow_file.load(self.settings.queues_file).items():
+            try:
+                await self.flow.change(
+                    job_type,
+                    fields_of(given, names),
+                    field_prefix=f"{self.settings.queues_file}: [queues.{job_type}] ",
+                )
             except InvalidArgument as exc:
                 raise ConfigError(str(exc)) from None
 

@@ -154,6 +154,9 @@ class Settings:
     schedule_misfire_grace_ms: int = 15_000
     #: SHARDQ_SCHEDULES_FILE: a TOML file of schedules upserted at start (deploys declare them).
     schedules_file: str | None = None
+    #: SHARDQ_QUEUES_FILE: a TOML file of queue settings (pause, limits) set at start, one
+    #: ``[queues.TYPE]`` table per job type (see dispatcher/schedules/queues_file.py).
+    queues_file: str | None = None
     #: SHARDQ_HEALTH_LISTEN: a plaintext address serving grpc.health.v1 only, for probes that cannot
     #: speak TLS (Kubernetes' grpc probes). Empty: health is served on the gRPC address only.
     health_listen: str = ""
@@ -175,6 +178,10 @@ class Settings:
     #: SHARDQ_PEER_TOKEN: the token dispatchers send each other (role peer). Unset with auth on: a
     #: supervisor makes one for its own processes; separate pods need a shared one.
     peer_token: str | None = field(default=None, repr=False)
+    #: SHARDQ_TRACE_SPANS: emit OpenTelemetry spans of the dispatcher's commit, push and lease batches
+    #: (needs opentelemetry-api and a tracer provider in the process; see dispatcher/ops/tracing.py).
+    #: Off by default: the client's send and the worker's process spans make the trace without them.
+    trace_spans: bool = False
     #: SHARDQ_LOG_LEVEL and SHARDQ_LOG_FORMAT (auto, json, console).
     log_level: str = "info"
     log_format: str = "auto"

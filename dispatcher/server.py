@@ -18,6 +18,7 @@ from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from shardq_common.redaction import redact
 
 from .api.job_service import JobService
+from .api.queue_service import QueueService
 from .api.schedule_service import ScheduleService
 from .api.security import ServerSecurity
 from .api.shard_service import ShardService
@@ -157,10 +158,12 @@ def _add_services(server: grpc.aio.Server, app: Dispatcher) -> None:
         app.settings, app.redis, app.coordinator, app.working_set, app.ownership, app.ingest
     )
     schedules = ScheduleService(app.store, app.scheduler)
+    queues = QueueService(app.flow, app.working_set, app.settings.shard_count)
     pb_grpc.add_JobServiceServicer_to_server(jobs, server)
     pb_grpc.add_WorkerServiceServicer_to_server(workers, server)
     pb_grpc.add_ShardServiceServicer_to_server(shards, server)
     pb_grpc.add_ScheduleServiceServicer_to_server(schedules, server)
+    pb_grpc.add_QueueServiceServicer_to_server(queues, server)
 
 
 async def _stop_unless_stopped(app: Dispatcher) -> None:
@@ -213,6 +216,7 @@ async def _health_loop(app: Dispatcher, servicer: health.aio.HealthServicer, eve
                 "shardq.v1.JobService",
                 "shardq.v1.WorkerService",
                 "shardq.v1.ScheduleService",
+                "shardq.v1.QueueService",
             ):
                 await servicer.set(service, status)
             serving = ok

@@ -16,7 +16,16 @@ from ._convert import (
     ShardMove,
     VersionInfo,
 )
-from ._errors import InvalidArgumentError, NotFoundError, Retry, ShardqError, SkipRetry, UnavailableError
+from ._errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    RateLimited,
+    Retry,
+    ShardqError,
+    SkipRetry,
+    UnavailableError,
+)
+from ._queues import QueueInfo, QueueSettings, RateLimit
 from ._schedules import Schedule, ScheduleInfo
 from ._transactional import (
     enqueue_in_transaction,
@@ -36,7 +45,11 @@ __all__ = [
     "JobContext",
     "JobInfo",
     "NotFoundError",
+    "QueueInfo",
+    "QueueSettings",
     "QueueStats",
+    "RateLimit",
+    "RateLimited",
     "RebalancePlan",
     "Retry",
     "Schedule",

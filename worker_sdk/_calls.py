@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 
 from shardq_common.pb import shardq_pb2 as pb
 
+from . import _tracing
 from ._convert import (
     STATUS_NAMES,
     JobInfo,
@@ -20,6 +21,7 @@ from ._convert import (
     dead_filter,
     job_spec,
 )
+from ._queues import QueueInfo, QueueSettings, pause_request, settings_request
 from ._schedules import Schedule, ScheduleInfo, schedule_from
 
 T = TypeVar("T")
@@ -27,6 +29,7 @@ T = TypeVar("T")
 JOBS = "JobService"
 SHARDS = "ShardService"
 SCHEDULES = "ScheduleService"
+QUEUES = "QueueService"
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,10 @@ def specs(jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[pb.JobSpec]:
     out = []
     for job in jobs:
         if isinstance(job, pb.JobSpec):
+            if _tracing.ENABLED:  # the trace context goes into a copy: the caller may send it again
+                copied = pb.JobSpec()
+                copied.CopyFrom(job)
+                job = copied
             out.append(job)
         else:
             fields = dict(job)
@@ -125,6 +132,33 @@ def delete_schedule(name: str) -> Call[None]:
 def next_occurrences(name: str, count: int) -> Call[tuple[list[int], str]]:
     request = pb.NextOccurrencesRequest(name=name, count=count)
     return Call(SCHEDULES, "NextOccurrences", request, _occurrences)
+
+
+def set_queue_settings(
+    job_type: str, settings: QueueSettings | None, changes: Mapping[str, Any]
+) -> Call[QueueInfo]:
+    request = settings_request(job_type, settings, changes)
+    return Call(QUEUES, "SetQueueSettings", request, QueueInfo.from_pb)
+
+
+def get_queue(job_type: str) -> Call[QueueInfo]:
+    return Call(QUEUES, "GetQueue", pb.GetQueueRequest(type=job_type), QueueInfo.from_pb)
+
+
+def list_queues() -> Call[list[QueueInfo]]:
+    return Call(QUEUES, "ListQueues", pb.ListQueuesRequest(), _queues)
+
+
+def pause_queue(job_type: str, priority: str | None) -> Call[QueueInfo]:
+    return Call(QUEUES, "PauseQueue", pause_request(job_type, priority), QueueInfo.from_pb)
+
+
+def resume_queue(job_type: str, priority: str | None) -> Call[QueueInfo]:
+    return Call(QUEUES, "ResumeQueue", pause_request(job_type, priority), QueueInfo.from_pb)
+
+
+def _queues(reply: pb.ListQueuesResponse) -> list[QueueInfo]:
+    return [QueueInfo.from_pb(q) for q in reply.queues]
 
 
 def _job_id(reply: pb.EnqueueResponse) -> str:

@@ -17,10 +17,12 @@ from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from shardq_common.tls import ChannelSecurity
 
 from . import _calls as calls
+from . import _tracing
 from ._calls import Call
 from ._convert import JobInfo, QueueStats, RebalancePlan, ShardMap, VersionInfo, job_spec
 from ._errors import from_rpc_error
 from ._pipelining import EnqueuePipeline
+from ._queues import QueueInfo, QueueSettings
 from ._routing import OwnerRoutes
 from ._schedules import Schedule, ScheduleInfo
 
@@ -69,6 +71,7 @@ def _stubs(channel: grpc.Channel | grpc.aio.Channel) -> dict[str, Any]:
         calls.JOBS: pb_grpc.JobServiceStub(channel),
         calls.SHARDS: pb_grpc.ShardServiceStub(channel),
         calls.SCHEDULES: pb_grpc.ScheduleServiceStub(channel),
+        calls.QUEUES: pb_grpc.QueueServiceStub(channel),
     }
 
 
@@ -189,6 +192,8 @@ class Client(_ClientOptions):
         max_attempts: int | None = None,
         lease_ttl: float | timedelta | None = None,
         idempotency_key: str | None = None,
+        concurrency_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> str:
         """Enqueue one job; returns its id once it is committed (the existing job's id when a job
         with this idempotency key exists).
@@ -197,13 +202,22 @@ class Client(_ClientOptions):
         "low". ``run_at`` (an aware datetime or epoch seconds) or ``delay`` (seconds or a timedelta):
         when it becomes due. ``max_attempts``, ``lease_ttl`` (seconds): the dispatcher's defaults
         when not given. ``idempotency_key``: unique per job type; another job of the same type with
-        the key makes this call return that job's id and create nothing.
+        the key makes this call return that job's id and create nothing. ``concurrency_key``: a
+        tenant, a customer, an account id (up to 128 characters): the type's per-key limits apply to
+        each key apart, and keys with ready jobs share the leases round robin. ``headers``: small
+        string metadata delivered with the job (at most 16, 4 KiB in all); with OpenTelemetry
+        installed the current trace context is added as ``traceparent``/``tracestate`` (see the
+        README's tracing).
         """
         spec = job_spec(
             job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
-            lease_ttl=lease_ttl, idempotency_key=idempotency_key,
+            lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
+            headers=headers,
         )  # fmt: skip
-        return self._send(calls.enqueue(spec))
+        with _tracing.sending([spec]) as span:
+            job_id = self._send(calls.enqueue(spec))
+            _tracing.sent(span, [job_id])
+        return job_id
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
         """Enqueue a batch in one round trip (one DB transaction); each job is a dict of enqueue's
@@ -211,7 +225,11 @@ class Client(_ClientOptions):
         one, else to the target (which hands each shard's jobs to its owner). A dispatcher takes at
         most SHARDQ_MAX_BATCH jobs (10,000) and SHARDQ_MAX_REQUEST_BYTES (64 MiB) in one call, by
         default: split larger batches (RESOURCE_EXHAUSTED or INVALID_ARGUMENT otherwise)."""
-        return self._send(calls.enqueue_many(calls.specs(jobs)))
+        specs = calls.specs(jobs)
+        with _tracing.sending(specs) as span:
+            job_ids = self._send(calls.enqueue_many(specs))
+            _tracing.sent(span, job_ids)
+        return job_ids
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job as the dispatcher's database has it (NotFoundError when there is none)."""
@@ -290,6 +308,34 @@ class Client(_ClientOptions):
     def next_occurrences(self, name: str, count: int = 5) -> tuple[list[int], str]:
         """The coming occurrences (epoch ms) and the schedule's time zone."""
         return self._send(calls.next_occurrences(name, count))
+
+    # -- flow control ------------------------------------------------------------------
+
+    def set_queue_settings(
+        self, job_type: str, settings: QueueSettings | None = None, **changes: Any
+    ) -> QueueInfo:
+        """Set a job type's flow control: whole ``settings`` (what it leaves out goes back to the
+        defaults), or only the fields given as keywords (``concurrency=5``, ``rate=(100, 20)``,
+        ``paused=("low",)``; the others keep their values). Any valid type may be given settings
+        before it has jobs. InvalidArgumentError names a bad field; nothing is changed then."""
+        return self._send(calls.set_queue_settings(job_type, settings, changes))
+
+    def get_queue(self, job_type: str) -> QueueInfo:
+        """A type's settings (the defaults when none were set) and its live figures."""
+        return self._send(calls.get_queue(job_type))
+
+    def list_queues(self) -> list[QueueInfo]:
+        """Every type with settings or with jobs now."""
+        return self._send(calls.list_queues())
+
+    def pause_queue(self, job_type: str, priority: str | None = None) -> QueueInfo:
+        """Start no more jobs of the type (of one priority class when given); running jobs finish,
+        delayed ones still become ready. It holds across restarts and Redis data loss."""
+        return self._send(calls.pause_queue(job_type, priority))
+
+    def resume_queue(self, job_type: str, priority: str | None = None) -> QueueInfo:
+        """Undo pause_queue (for one class when given; every class otherwise)."""
+        return self._send(calls.resume_queue(job_type, priority))
 
     def close(self) -> None:
         for channel in self._owner_channels:
@@ -392,20 +438,30 @@ class AsyncClient(_ClientOptions):
         max_attempts: int | None = None,
         lease_ttl: float | timedelta | None = None,
         idempotency_key: str | None = None,
+        concurrency_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> str:
         """Enqueue one job; returns its id once it is committed (options as for ``Client.enqueue``).
         Calls made concurrently (in the same turn of the event loop) to the same dispatcher share
         one round trip; each still gets its own id or error."""
         spec = job_spec(
             job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
-            lease_ttl=lease_ttl, idempotency_key=idempotency_key,
+            lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
+            headers=headers,
         )  # fmt: skip
-        return await self._pipeline.enqueue(spec, await self._address_of((spec.type,)))
+        with _tracing.sending([spec]) as span:
+            job_id = await self._pipeline.enqueue(spec, await self._address_of((spec.type,)))
+            _tracing.sent(span, [job_id])
+        return job_id
 
     async def enqueue_many(self, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
         """One call and one transaction: to the shards' owner when the jobs share one, else to the
         target (which hands each shard's jobs to its owner)."""
-        return await self._send(calls.enqueue_many(calls.specs(jobs)))
+        specs = calls.specs(jobs)
+        with _tracing.sending(specs) as span:
+            job_ids = await self._send(calls.enqueue_many(specs))
+            _tracing.sent(span, job_ids)
+        return job_ids
 
     async def get_job(self, job_id: str) -> JobInfo:
         return await self._send(calls.get_job(job_id))
@@ -469,6 +525,25 @@ class AsyncClient(_ClientOptions):
 
     async def next_occurrences(self, name: str, count: int = 5) -> tuple[list[int], str]:
         return await self._send(calls.next_occurrences(name, count))
+
+    # -- flow control ------------------------------------------------------------------
+
+    async def set_queue_settings(
+        self, job_type: str, settings: QueueSettings | None = None, **changes: Any
+    ) -> QueueInfo:
+        return await self._send(calls.set_queue_settings(job_type, settings, changes))
+
+    async def get_queue(self, job_type: str) -> QueueInfo:
+        return await self._send(calls.get_queue(job_type))
+
+    async def list_queues(self) -> list[QueueInfo]:
+        return await self._send(calls.list_queues())
+
+    async def pause_queue(self, job_type: str, priority: str | None = None) -> QueueInfo:
+        return await self._send(calls.pause_queue(job_type, priority))
+
+    async def resume_queue(self, job_type: str, priority: str | None = None) -> QueueInfo:
+        return await self._send(calls.resume_queue(job_type, priority))
 
     async def close(self) -> None:
         if self._map_read is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -47,6 +48,11 @@ class JobContext:
     #: The lease token: part of the fencing the dispatcher checks on ack.
     token: str
     shard: int
+    #: The concurrency key given at enqueue (a tenant, a customer), or "".
+    concurrency_key: str = ""
+    #: The headers given at enqueue: small string metadata, such as the W3C trace context
+    #: (``traceparent``, ``tracestate``) the client injects when OpenTelemetry is installed.
+    headers: Mapping[str, str] = field(default_factory=dict)
     # Set from the event loop, read from the handler's thread. The event a sync handler waits on
     # is made only when one waits: most jobs never need it, and it costs a lock and a condition.
     _cancelled: bool = field(default=False, repr=False, compare=False)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -62,6 +63,8 @@ def job_spec(
     max_attempts: int | None = None,
     lease_ttl: float | timedelta | None = None,
     idempotency_key: str | None = None,
+    concurrency_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> pb.JobSpec:
     if priority not in PRIORITIES:
         raise ValueError(f"unknown priority {priority!r}: use high, default or low")
@@ -70,7 +73,10 @@ def job_spec(
         payload=encode_payload(payload),
         priority=PRIORITIES[priority],
         idempotency_key=idempotency_key or "",
+        concurrency_key=concurrency_key or "",
     )
+    if headers:
+        spec.headers.update(headers)
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both")
     if run_at is not None:
@@ -111,6 +117,11 @@ class JobInfo:
     idempotency_key: str
     result: bytes
     shard: int
+    concurrency_key: str = ""
+    #: Retries its handler asked for by raising RateLimited (not counted in attempts).
+    rate_limited: int = 0
+    #: The job's headers as enqueued (the trace context, when the client injected one).
+    headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_pb(cls, j: pb.Job) -> JobInfo:
@@ -134,6 +145,9 @@ class JobInfo:
             idempotency_key=j.idempotency_key,
             result=j.result,
             shard=j.shard,
+            concurrency_key=j.concurrency_key,
+            rate_limited=j.rate_limited,
+            headers=dict(j.headers),
         )
 
 

@@ -13,6 +13,20 @@ class Retry(Exception):
         self.delay = delay
 
 
+class RateLimited(Exception):
+    """The handler was rate limited (an API answered 429): the job goes back and runs again after
+    ``retry_after`` seconds (more than 0, at most a day). Not a failure: the attempt is not charged,
+    it is counted apart (``JobInfo.rate_limited``). ``hold_siblings``: the job's concurrency key (its
+    type when it has none) starts nothing else until then either."""
+
+    def __init__(
+        self, retry_after: float, hold_siblings: bool = False, message: str = "rate limited"
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.hold_siblings = hold_siblings
+
+
 class SkipRetry(Exception):
     """The error is final: dead-letter the job now (reason not_retryable)."""
 

@@ -27,10 +27,11 @@ from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from shardq_common.wakeup import Wakeup
 
+from . import _tracing
 from ._client import CHANNEL_OPTIONS, resolve_security, resolve_target
 from ._context import JobContext
 from ._convert import PRIORITY_NAMES
-from ._errors import Retry, ShardqError, SkipRetry
+from ._errors import RateLimited, Retry, ShardqError, SkipRetry
 
 Handler = Callable[[JobContext], Any] | Callable[[JobContext], Awaitable[Any]]
 log = structlog.get_logger("shardq.worker")
@@ -104,7 +105,8 @@ class Worker:
         handlers: ``{job_type: callable}``; each is called with a :class:`JobContext`. Async callables run
             on the event loop, plain ones in a thread pool. Return a value to ack (bytes, or anything JSON
             can encode, stored as the job's result); raise to nack: :class:`Retry` for a chosen delay,
-            :class:`SkipRetry` to dead-letter at once, any other exception to retry with backoff.
+            :class:`SkipRetry` to dead-letter at once, :class:`RateLimited` to run again later
+            without charging the attempt, any other exception to retry with backoff.
         target: dispatcher address; default ``SHARDQ_TARGET`` or 127.0.0.1:7070.
         concurrency: most jobs running at once (and leases held); plain handlers share a pool of this
             many threads. Size what handlers share to it: a client or database pool smaller than
@@ -642,6 +644,8 @@ class Worker:
             lease.run_at_ms,
             ref.token,
             ref.shard,
+            lease.concurrency_key,
+            lease.headers,
         )
         running = _Running(ref=lease.ref, ctx=ctx, ttl_ms=lease.lease_ttl_ms, link=link)
         self._running[ctx.job_id] = running
@@ -672,8 +676,28 @@ class Worker:
 
     async def _execute(self, running: _Running) -> None:
         ctx = running.ctx
+        with _tracing.processing(
+            ctx.job_id, ctx.type, ctx.attempt, ctx.max_attempts, ctx.shard, ctx.headers
+        ) as span:
+            outcome, error = await self._attempt(running)
+            if running.lost:
+                _tracing.lease_lost(span, "the dispatcher rejected the lease")
+            else:
+                _tracing.finished(
+                    span,
+                    ctx.attempt,
+                    ctx.max_attempts,
+                    outcome if isinstance(outcome, pb.Nack) else None,
+                    error,
+                )
+        self._settle(running, outcome)
+
+    async def _attempt(self, running: _Running) -> tuple[pb.Ack | pb.Nack, BaseException | None]:
+        """Run the handler once; its outcome, and the exception that failed it (None otherwise)."""
+        ctx = running.ctx
         handler = self.handlers.get(ctx.type)
         outcome: pb.Ack | pb.Nack
+        error: BaseException | None = None
         running.started = True
         self.log.debug("job started", job=ctx.job_id, type=ctx.type, shard=ctx.shard, attempt=ctx.attempt)
         try:
@@ -689,11 +713,15 @@ class Worker:
                     async with slots:
                         result = await self._invoke(handler, ctx)
                 outcome = pb.Ack(lease=running.ref, result=_encode_result(result))
+        except RateLimited as exc:
+            outcome = _rate_limited(running.ref, exc)
         except Retry as exc:
+            error = exc
             outcome = pb.Nack(lease=running.ref, error=str(exc), retryable=True)
             if exc.delay is not None:
                 outcome.retry_delay_ms = max(0, int(exc.delay * 1000))
         except SkipRetry as exc:
+            error = exc
             outcome = pb.Nack(lease=running.ref, error=_describe(exc), retryable=False)
         except _TimedOut:
             outcome = pb.Nack(
@@ -710,10 +738,16 @@ class Worker:
                     retry_delay_ms=0,
                 )
         except Exception as exc:
+            error = exc
             outcome = pb.Nack(lease=running.ref, error=_describe(exc), retryable=True)
         finally:
             self._running.pop(ctx.job_id, None)
             self._running_on[running.link] -= 1
+        return outcome, error
+
+    def _settle(self, running: _Running, outcome: pb.Ack | pb.Nack) -> None:
+        """Queue the outcome for the dispatcher (none for a lost lease) and free the slot."""
+        ctx = running.ctx
         origin = self._links.get(running.link)
         if running.lost:
             if origin is not None:
@@ -773,7 +807,7 @@ class Worker:
     async def _invoke_in_thread(self, handler: Handler, ctx: JobContext) -> Any:
         began: asyncio.Future[None] | None = None
         if self.job_timeout is None:
-            call = self._pool.submit(handler, ctx)
+            call = self._pool.submit(_tracing.bound_to_context(handler), ctx)
         else:
             # The budget is the handler's own running time, not its wait for a thread.
             loop = asyncio.get_running_loop()
@@ -783,7 +817,7 @@ class Worker:
                 loop.call_soon_threadsafe(_resolve, began)
                 return handler(ctx)
 
-            call = self._pool.submit(run)
+            call = self._pool.submit(_tracing.bound_to_context(run))
         try:
             if began is not None:
                 await began
@@ -914,3 +948,27 @@ def serve(
         return worker
     worker._must_run = True
     return worker
+
+
+#: The longest RateLimited.retry_after the dispatcher takes (a day).
+MAX_RETRY_AFTER_S = 24 * 3600
+
+
+def _rate_limited(ref: pb.LeaseRef, exc: RateLimited) -> pb.Nack:
+    """The nack of a rate-limited job. A retry_after out of bounds is held to them (a handler's
+    arithmetic error should not make its job fail), never below a millisecond."""
+    try:
+        seconds = float(exc.retry_after)
+    except (TypeError, ValueError):
+        seconds = 1.0
+    if not seconds > 0:  # NaN too
+        seconds = 0.001
+    delay_ms = max(1, min(int(seconds * 1000), MAX_RETRY_AFTER_S * 1000))
+    return pb.Nack(
+        lease=ref,
+        error=str(exc) or "rate limited",
+        retryable=True,
+        retry_delay_ms=delay_ms,
+        rate_limited=True,
+        hold_siblings=bool(exc.hold_siblings),
+    )

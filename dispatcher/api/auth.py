@@ -46,11 +46,12 @@ class Role(StrEnum):
 
 PRODUCER, WORKER, ADMIN, PEER = Role.PRODUCER, Role.WORKER, Role.ADMIN, Role.PEER
 _ONLY_ADMIN: frozenset[Role] = frozenset()
-_JOBS, _WORKERS, _SHARDS, _SCHEDULES = (
+_JOBS, _WORKERS, _SHARDS, _SCHEDULES, _QUEUES = (
     "/shardq.v1.JobService/",
     "/shardq.v1.WorkerService/",
     "/shardq.v1.ShardService/",
     "/shardq.v1.ScheduleService/",
+    "/shardq.v1.QueueService/",
 )
 
 #: Full gRPC method name -> the roles besides admin that may call it. Admin may call every method
@@ -77,6 +78,12 @@ METHOD_ROLES: dict[str, frozenset[Role]] = {
     _SCHEDULES + "ResumeSchedule": _ONLY_ADMIN,
     _SCHEDULES + "DeleteSchedule": _ONLY_ADMIN,
     _SCHEDULES + "NextOccurrences": _ONLY_ADMIN,
+    # Flow control: an operator's, like schedules (settings name other producers' tenants).
+    _QUEUES + "SetQueueSettings": _ONLY_ADMIN,
+    _QUEUES + "GetQueue": _ONLY_ADMIN,
+    _QUEUES + "ListQueues": _ONLY_ADMIN,
+    _QUEUES + "PauseQueue": _ONLY_ADMIN,
+    _QUEUES + "ResumeQueue": _ONLY_ADMIN,
 }
 
 #: Served without a token, so that probes (Kubernetes, load balancers, grpcurl) need no secret:

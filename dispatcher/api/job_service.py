@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -136,6 +137,7 @@ class JobService(pb_grpc.JobServiceServicer):
             message.status = _STATUS[str(record.state)]
             message.attempts, message.failures = record.attempts, record.failures
             message.expirations = record.expirations
+            message.rate_limited = max(message.rate_limited, record.rate_limited)
             message.lease_until_ms = record.deadline_ms if record.state is JobState.LEASED else 0
             if record.state in (JobState.DELAYED, JobState.READY):
                 message.run_at_ms = record.run_at_ms
@@ -292,4 +294,7 @@ def job_message(row: JobRow) -> pb.Job:
         result=row.result or b"",
         shard=row.shard,
         schedule=row.schedule or "",
+        concurrency_key=row.concurrency_key or "",
+        rate_limited=row.rate_limited,
+        headers=json.loads(row.headers) if row.headers else None,
     )

@@ -14,7 +14,7 @@ from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 
 from ..cluster.coordinator import Coordinator
 from ..config import Settings
-from ..queue import validation
+from ..queue import flow, validation
 from ..queue.ingest import MAX_PUSH, Ingestor
 from ..queue.keys import ASSIGNMENT_KEY
 from ..queue.ownership import Ownership
@@ -146,6 +146,7 @@ def _check_new_record(record: JobRecord, field: str, shard: int, shard_count: in
         or record.token
         or record.cancel_requested
         or record.dead_reason
+        or record.rate_limited
     ):
         raise InvalidArgument(
             f"{field}: not a new job's record (state {record.state}, attempts {record.attempts})"
@@ -163,3 +164,12 @@ def _check_new_record(record: JobRecord, field: str, shard: int, shard_count: in
     key = record.idempotency_key
     if len(key) > validation.MAX_KEY_LENGTH or not key.isprintable():
         raise InvalidArgument(f"{field}.idempotency_key: not an idempotency key")
+    if record.concurrency_key:
+        flow.concurrency_key(record.concurrency_key, f"{field}.concurrency_key")
+    headers = record.headers
+    if headers is not None:
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise InvalidArgument(f"{field}.headers: not a map of strings")
+        validation.job_headers(headers, f"{field}.headers")

@@ -16,6 +16,7 @@ from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 
 from .. import PROTOCOL_VERSION
+from ..ops import metrics
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from ..queue import validation
@@ -259,19 +260,26 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     raise InvalidArgument(f"nacks[{i}].retry_delay_ms: out of range")
                 delay = nack.retry_delay_ms
             reason = "no_handler" if nack.no_handler else ("" if nack.retryable else "not_retryable")
+            if nack.rate_limited:
+                _check_rate_limited(nack, f"nacks[{i}]")
+                reason = ""  # not a failure: it goes back whatever its attempts
+            elif nack.hold_siblings:
+                raise InvalidArgument(f"nacks[{i}].hold_siblings: only with rate_limited")
             items.append(
                 (
                     job_id,
                     token,
                     shard,
-                    NackSpec(job_id, token, reason, delay),
+                    NackSpec(job_id, token, reason, delay, nack.rate_limited, nack.hold_siblings),
                     validation.error_text(nack.error, MAX_ERROR_CHARS),
                 )
             )
         now = wall_ms()
         for shard, group in _by_shard(items).items():
-            results = await self.working_set.retry(shard, now, [g[3] for g in group], self.settings.retry)
-            for (job_id, token, _, _, error), t in zip(group, results, strict=True):
+            results = await self.working_set.retry(
+                shard, now, [g[3] for g in group], self.settings.retry, steady_now=steady_ms()
+            )
+            for (job_id, token, _, spec, error), t in zip(group, results, strict=True):
                 job_type = session.forget(job_id)
                 if t is None:
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
@@ -279,6 +287,8 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 self.writer.record(shard, transition_update(t, now, error=error or "error"))
                 self.transitions.after(t)
                 self.transitions.finished([(t, job_type)], "nack")
+                if spec.rate_limited:
+                    metrics.RATE_LIMITED.labels(metrics.type_label(job_type or t.job_type)).inc()
                 session.log.info(
                     "job nacked",
                     job=job_id,
@@ -289,6 +299,20 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     dead_reason=t.dead_reason or None,
                 )
         session.wake.set()
+
+
+#: The longest a RateLimited job may be held back (its handler's retry_after).
+MAX_RATE_LIMITED_DELAY_MS = 24 * 3600 * 1000
+
+
+def _check_rate_limited(nack: pb.Nack, field: str) -> None:
+    """A RateLimited nack comes back after its delay: one must be given, within a day."""
+    if nack.no_handler:
+        raise InvalidArgument(f"{field}.rate_limited: not with no_handler")
+    if not nack.HasField("retry_delay_ms") or not 0 < nack.retry_delay_ms <= MAX_RATE_LIMITED_DELAY_MS:
+        raise InvalidArgument(
+            f"{field}.retry_delay_ms: a rate-limited job needs a delay in 1..{MAX_RATE_LIMITED_DELAY_MS} ms"
+        )
 
 
 def _rejected(job_id: str, token: str, shard: int, reason: str) -> pb.DispatcherMessage:

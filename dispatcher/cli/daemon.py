@@ -1,4 +1,4 @@
-"""``dispatcher run`` and ``dispatcher demo``."""
+"""``dispatcher run``, ``dispatcher demo`` and ``dispatcher demo-worker``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from .extra import missing_dispatcher_extra, missing_extra_message
 
 def _run(args: argparse.Namespace) -> int:
     from ..config import Settings
+    from ..queue import flow_file
     from ..schedules import file as schedules_file
 
     if args.processes is None and "SHARDQ_PROCESSES" not in os.environ:
@@ -28,6 +29,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     configure(settings.log_level, settings.log_format)
     schedules_file.check(settings)
+    flow_file.check(settings.queues_file)
     from ..api.security import ServerSecurity
 
     ServerSecurity.from_settings(settings)  # bad certificates or tokens: a clear error now, not per child
@@ -47,6 +49,12 @@ def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     return run_demo(jobs=args.jobs)
+
+
+def _demo_worker(args: argparse.Namespace) -> int:
+    from .demo_worker import run_demo_worker
+
+    return run_demo_worker(args.target, args.concurrency)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo.add_argument("--jobs", type=int, default=40, help="how many jobs the demo enqueues")
     demo.set_defaults(func=_demo)
+    demo_worker = sub.add_parser(
+        "demo-worker", help="run a worker with demonstration handlers (demo.echo, demo.sleep, ...)"
+    )
+    demo_worker.add_argument("--target", help="the dispatcher's address (env SHARDQ_TARGET)")
+    demo_worker.add_argument("--concurrency", type=int, default=16, help="jobs run at once")
+    demo_worker.set_defaults(func=_demo_worker)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -16,6 +16,7 @@ from shardq_common.clock import steady_ms, wall_ms
 from shardq_common.errors import ConfigError
 
 from ..ops.metrics import PRIORITY_NAMES, type_label
+from ..queue.flow import QueueSettings
 from ..queue.keys import ALIVE_KEY, ShardKeys
 from ..queue.records import JobRecord
 
@@ -58,6 +59,23 @@ class QueueCollector(Collector):
                 "shardq_shards_without_owner",
                 "Shards no dispatcher holds a live ownership lease on (never taken, released, or lapsed).",
             ),
+            # Flow control (dispatcher/queue/flow.py), from the settings the lease scripts read.
+            GaugeMetricFamily("shardq_queue_running", "Jobs of the type leased now.", labels=["type"]),
+            GaugeMetricFamily(
+                "shardq_queue_concurrency_limit",
+                "The type's concurrency limit, for the types that have one.",
+                labels=["type"],
+            ),
+            GaugeMetricFamily(
+                "shardq_queue_keys_at_limit",
+                "Concurrency keys of the type running as many jobs as their limit allows.",
+                labels=["type"],
+            ),
+            GaugeMetricFamily(
+                "shardq_queue_paused",
+                "1 for each paused priority class of a type.",
+                labels=["type", "priority"],
+            ),
         ]
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
@@ -65,7 +83,7 @@ class QueueCollector(Collector):
         return self._families()
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        depth, oldest, owned, members, unowned = families = self._families()
+        depth, oldest, owned, members, unowned, running, limit, at_limit, paused = families = self._families()
         try:
             redis = self._redis()
             shards = list(range(self.shard_count))
@@ -73,14 +91,19 @@ class QueueCollector(Collector):
             for shard in shards:
                 pipe.hgetall(ShardKeys(shard).counts)
                 pipe.hmget(ShardKeys(shard).meta, "owner", "epoch", "until")
+                pipe.hgetall(ShardKeys(shard).flow)
             replies = pipe.execute()
             totals: dict[tuple[str, str, str], int] = {}
             ready: list[tuple[int, str, int]] = []
             types: set[str] = set()
             without_owner = 0
             steady_now = steady_ms()  # ownership leases run on the steady clock
+            leased: dict[str, int] = {}
+            flows: list[tuple[int, QueueSettings]] = []
             for i, shard in enumerate(shards):
-                for field, value in replies[2 * i].items():
+                for field, raw in replies[3 * i + 2].items():
+                    flows.append((shard, QueueSettings.unpack(field.decode(), raw)))
+                for field, value in replies[3 * i].items():
                     job_type, prio, state = field.decode().rsplit("|", 2)
                     label = job_type if job_type in types or len(types) < self.type_limit else "other"
                     types.add(label)
@@ -88,7 +111,9 @@ class QueueCollector(Collector):
                     totals[key] = totals.get(key, 0) + int(value)
                     if state == "ready":
                         ready.append((shard, job_type, int(prio)))
-                owner, epoch, until = replies[2 * i + 1]
+                    elif state == "leased":
+                        leased[label] = leased.get(label, 0) + int(value)
+                owner, epoch, until = replies[3 * i + 1]
                 if epoch is not None:
                     owned.add_metric([str(shard), (owner or b"").decode()], float(epoch))
                 if not owner or epoch is None or int(until or 0) < steady_now:
@@ -103,11 +128,49 @@ class QueueCollector(Collector):
                     label = job_type if job_type in types else "other"
                     age = max(0.0, (now - JobRecord.unpack(raw).run_at_ms) / 1000)
                     oldest.add_metric([label, PRIORITY_NAMES.get(prio, str(prio))], age)
+            for label, n in sorted(leased.items()):
+                running.add_metric([label], n)
+            self._flow(redis, flows, types, limit, at_limit, paused)
             members.add_metric([], float(redis.zcount(ALIVE_KEY, steady_ms(), "+inf")))
             unowned.add_metric([], float(without_owner))
         except Exception:  # Redis down: scrape what we have; the health check reports the outage
             self._client = None
         return families
+
+    def _flow(
+        self,
+        redis: Any,
+        flows: list[tuple[int, QueueSettings]],
+        types: set[str],
+        limit: GaugeMetricFamily,
+        at_limit: GaugeMetricFamily,
+        paused: GaugeMetricFamily,
+    ) -> None:
+        """Limits and pauses of the types with settings; keys at their limit counted from the
+        running count per key the lease scripts keep (types with a per-key limit only)."""
+        keyed = [
+            (shard, settings)
+            for shard, settings in flows
+            if settings.key_concurrency or settings.key_concurrency_overrides
+        ]
+        pipe = redis.pipeline(transaction=False)
+        for shard, settings in keyed[: self.type_limit]:
+            pipe.hgetall(ShardKeys(shard).key_running(settings.job_type))
+        counts = dict(zip((s.job_type for _, s in keyed), pipe.execute(), strict=False))
+        for _, settings in flows:
+            job_type = settings.job_type
+            label = job_type if job_type in types or len(types) < self.type_limit else "other"
+            types.add(label)
+            if settings.concurrency:
+                limit.add_metric([label], settings.concurrency)
+            for cls in sorted(settings.paused):
+                paused.add_metric([label, PRIORITY_NAMES.get(int(cls), str(cls))], 1)
+            if job_type in counts:
+                full = 0
+                for key, n in counts[job_type].items():
+                    cap = settings.key_concurrency_overrides.get(key.decode(), settings.key_concurrency)
+                    full += bool(cap) and int(n) >= cap
+                at_limit.add_metric([label], full)
 
 
 def serve_metrics(

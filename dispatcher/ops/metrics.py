@@ -44,7 +44,18 @@ RETURNED = Counter(
     "drain or a dropped stream came first), by what the job became: ready or cancelled.",
     ["type", "outcome"],
 )
+RATE_LIMITED = Counter(
+    "shardq_jobs_rate_limited_total",
+    "Jobs whose handler raised RateLimited: put back after its delay, no attempt charged.",
+    ["type"],
+)
 DEAD = Counter("shardq_jobs_dead_lettered_total", "Jobs moved to the dead-letter queue.", ["type", "reason"])
+LEASE_HELD_BACK = Counter(
+    "shardq_lease_held_back_total",
+    "Lease calls in which flow control held a type back, by why: paused, concurrency, rate, "
+    "key_concurrency or key_rate (once per call and reason, not per job).",
+    ["type", "reason"],
+)
 SCHEDULE_MATERIALIZED = Counter(
     "shardq_schedule_occurrences_materialized_total", "Schedule occurrences that became jobs.", ["type"]
 )

@@ -17,6 +17,7 @@ this process's pushes settle, and a cancel that finds no record leaves a note it
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -31,6 +32,7 @@ from ..config import REQUEST_OVERHEAD_BYTES
 from ..ops import metrics
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
+from ..ops.tracing import now_ns, spans
 from ..store import JobRow, Store
 from . import failpoints
 from .ids import new_job_ids
@@ -210,16 +212,31 @@ class Ingestor:
                 None,  # started_at
                 None,  # finished_at
                 now,  # updated_at
+                None,  # schedule
+                j.concurrency_key or None,
+                0,  # rate_limited
+                j.headers,
             )
             for job_id, j in zip(new_job_ids(len(jobs)), jobs, strict=True)
         ]
+        start_ns = now_ns() if spans.enabled else 0
         results = await self.commit.insert(rows)
+        if spans.enabled:
+            spans.record(
+                "shardq commit",
+                start_ns,
+                (json.loads(row.headers) if row.headers else None for row in rows),
+                {"messaging.batch.message_count": len(rows)},
+            )
         created = [row for row, (_, new) in zip(rows, results, strict=True) if new]
         metrics.count(metrics.ENQUEUED, ((metrics.type_label(row.type),) for row in created))
         by_shard: dict[int, list[NewJob]] = defaultdict(list)
         records: dict[tuple[Any, ...], JobRecord] = {}  # jobs alike share one (immutable) record
         for row in created:
-            kind = (row.type, row.priority, row.run_at, row.max_attempts, row.lease_ttl_ms, row.idem_key)
+            kind = (
+                row.type, row.priority, row.run_at, row.max_attempts, row.lease_ttl_ms, row.idem_key,
+                row.concurrency_key, row.headers,
+            )  # fmt: skip
             record = records.get(kind)
             if record is None:
                 record = records[kind] = JobRecord(
@@ -231,6 +248,8 @@ class Ingestor:
                     max_attempts=row.max_attempts,
                     lease_ttl_ms=row.lease_ttl_ms,
                     idempotency_key=row.idem_key or "",
+                    concurrency_key=row.concurrency_key or "",
+                    headers=json.loads(row.headers) if row.headers else None,
                 )
             by_shard[row.shard].append(NewJob(row.id, record, row.payload))
         handed_on = []
@@ -321,7 +340,18 @@ class Ingestor:
             try:
                 for start in range(0, len(jobs), PUSH_CHUNK):
                     chunk = jobs[start : start + PUSH_CHUNK]
+                    start_ns = now_ns() if spans.enabled else 0
                     placed = await self.working_set.enqueue(shard, epoch, wall_ms(), chunk)
+                    if spans.enabled:
+                        spans.record(
+                            "shardq push",
+                            start_ns,
+                            (job.record.headers for job in chunk),
+                            {
+                                "messaging.destination.partition.id": str(shard),
+                                "messaging.batch.message_count": len(chunk),
+                            },
+                        )
                     self.on_pushed(shard, list(zip(chunk, placed, strict=True)))
                 return
             except NotOwner:

@@ -84,6 +84,69 @@ class ShardKeys:
         """Sorted set: ready job ids of one type and class, scored by the order they became ready."""
         return f"{self.tag}:ready:{int(priority)}:{job_type}"
 
+    # -- flow control (flow.py). The scripts build the per-type and per-key names below themselves
+    # (includes/flow.lua): a lease meets keys it could not name in advance. All share the shard's
+    # hash tag, so they live in the slot of the keys the script is given.
+
+    @property
+    def flow(self) -> str:
+        """Hash: job type -> its QueueSettings, packed (the DB's settings, mirrored)."""
+        return f"{self.tag}:flow"
+
+    @property
+    def keyed(self) -> str:
+        """Hash: job type -> 1 once a job of the type with a concurrency key arrived: its leases look
+        at the keys' sets too."""
+        return f"{self.tag}:keyed"
+
+    @property
+    def key_turns(self) -> str:
+        """Hash: '<class>:<type>' -> the last turn number given in the keys' round robin: a key
+        joins the round, or goes back to it after its turn, with the next one (at the back)."""
+        return f"{self.tag}:kvt"
+
+    @property
+    def gate(self) -> str:
+        """Hash: job type -> when its next lease may go (ms, GCRA's theoretical arrival time): the
+        type's rate limit, or a handler's RateLimited hold."""
+        return f"{self.tag}:gate"
+
+    def eligible_keys(self, job_type: str, priority: Priority | int) -> str:
+        """Sorted set: the concurrency keys of one type and class with ready jobs that may lease now,
+        scored by turn number (the lowest goes next); '' stands for the type's jobs without a key."""
+        return f"{self.tag}:kq:{int(priority)}:{job_type}"
+
+    def blocked_keys(self, job_type: str, priority: Priority | int) -> str:
+        """Sorted set: keys with ready jobs at their concurrency limit, out of the round until one of
+        their leases ends or the type's settings change."""
+        return f"{self.tag}:kb:{int(priority)}:{job_type}"
+
+    @property
+    def key_settings_seen(self) -> str:
+        """Hash: '<class>:<type>' -> the type's packed settings its blocked keys were last weighed
+        against: when they differ, the blocked keys rejoin the round to be weighed again."""
+        return f"{self.tag}:kcfg"
+
+    def key_turns_taken(self, job_type: str, priority: Priority | int) -> str:
+        """Hash: weighted key -> leases it took in a row at the head of the round (up to its weight)."""
+        return f"{self.tag}:kturn:{int(priority)}:{job_type}"
+
+    def waiting_keys(self, job_type: str, priority: Priority | int) -> str:
+        """Sorted set: keys with ready jobs waiting for their rate limit, scored by when (ms)."""
+        return f"{self.tag}:kw:{int(priority)}:{job_type}"
+
+    def key_ready(self, job_type: str, priority: Priority | int, key: str) -> str:
+        """Sorted set: ready job ids of one concurrency key, scored like the ready sets (FIFO)."""
+        return f"{self.tag}:kr:{int(priority)}:{len(job_type)}:{job_type}:{key}"
+
+    def key_running(self, job_type: str) -> str:
+        """Hash: concurrency key -> its jobs leased now (absent: none)."""
+        return f"{self.tag}:krun:{job_type}"
+
+    def key_gate(self, job_type: str) -> str:
+        """Hash: concurrency key -> when its next lease may go (ms), as ``gate`` for the type."""
+        return f"{self.tag}:kgate:{job_type}"
+
 
 CLUSTER_KEY = f"{PREFIX}:cluster"  # hash: shard_count
 MEMBERS_KEY = f"{PREFIX}:members"  # hash: dispatcher id -> address

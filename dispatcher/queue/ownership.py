@@ -34,6 +34,7 @@ class Ownership:
         ttl_ms: int,
         on_acquired: Callable[[int, int, bool], Awaitable[None]],
         on_lost: Callable[[int], Awaitable[None]],
+        before_serving: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         self.owner_id = owner_id
         self.store = store
@@ -42,6 +43,10 @@ class Ownership:
         # (shard, epoch, whether Redis had lost the shard): reconcile it, start its loops
         self.on_acquired = on_acquired
         self.on_lost = on_lost  # (shard): stop its loops, move its workers on
+        # (shard): what must be in Redis before the shard leases anything (its queue settings,
+        # flow_mirror.py). Called once the shard is ours in Redis, before this process serves it: a
+        # shard Redis lost comes back without them, and a paused queue would run.
+        self.before_serving = before_serving
         self.epochs: dict[int, int] = {}
         self._locks: dict[int, asyncio.Lock] = {}
 
@@ -89,6 +94,8 @@ class Ownership:
             return None  # a newer epoch exists in Redis: somebody else took it meanwhile
         if result is AcquireCode.HELD:
             return None
+        if self.before_serving is not None:
+            await self.before_serving(shard)  # raising: not served now, acquired again later
         self.epochs[shard] = epoch
         lost = result is AcquireCode.ACQUIRED_UNKNOWN
         log.info("shard acquired", shard=shard, epoch=epoch, redis_had_lost_it=lost)

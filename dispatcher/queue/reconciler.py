@@ -21,6 +21,7 @@ of each page can be leased as soon as that page is restored.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 
 import structlog
@@ -63,6 +64,9 @@ def record_from_row(row: JobRow, now: int, *, requeue: bool = False) -> JobRecor
         failures=0 if requeue else row.failures,
         expirations=0 if requeue else row.expirations,
         idempotency_key=row.idem_key or "",
+        concurrency_key=row.concurrency_key or "",
+        rate_limited=row.rate_limited,
+        headers=json.loads(row.headers) if row.headers else None,
     )
 
 

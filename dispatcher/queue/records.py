@@ -6,6 +6,7 @@ the same names (see scripts/includes/record.lua).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,11 @@ class JobRecord:
     cancel_requested: bool = False  # c
     dead_reason: str = ""  # z: why it is dead (for a new owner that finds it unrecorded in the DB)
     holder: str = ""  # o: the worker stream holding the lease (only its clean-up may shorten it)
+    concurrency_key: str = ""  # g: the key its type's per-key limits and round robin go by ('' none)
+    rate_limited: int = 0  # w: times its handler raised RateLimited (attempts not charged)
+    # h: the job's headers (a msgpack map, absent when it has none), delivered with every lease. In the
+    # record rather than beside it: every script that rewrites a record keeps it, a hand-off carries it.
+    headers: Mapping[str, str] | None = None
 
     def pack(self, state: JobState | None = None) -> bytes:
         """msgpack of the record; ``state`` replaces its state (a new job's is decided when queued).
@@ -68,6 +74,12 @@ class JobRecord:
             data["z"] = self.dead_reason
         if self.holder:
             data["o"] = self.holder
+        if self.concurrency_key:
+            data["g"] = self.concurrency_key
+        if self.rate_limited:
+            data["w"] = self.rate_limited
+        if self.headers:
+            data["h"] = dict(self.headers)
         return msgpack.packb(data)
 
     @classmethod
@@ -90,4 +102,7 @@ class JobRecord:
             cancel_requested=bool(d.get("c", 0)),
             dead_reason=d.get("z", ""),
             holder=d.get("o", ""),
+            concurrency_key=d.get("g", ""),
+            rate_limited=int(d.get("w", 0)),
+            headers=d.get("h") or None,
         )

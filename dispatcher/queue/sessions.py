@@ -19,14 +19,16 @@ from shardq_common.precise_timer import precise_timer
 from shardq_common.wakeup import Wakeup
 
 from ..config import Settings
+from ..ops import metrics
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
+from ..ops.tracing import now_ns, spans
 from .fairness import FairPicker
 from .ownership import Ownership
 from .states import Priority
 from .status_writer import LEASE_WRITE_DELAY_MS, StatusWriter, lease_update
 from .validation import priority_to_pb
-from .working_set import Grant, WorkingSet
+from .working_set import Grant, LeaseRound, WorkingSet
 
 log = structlog.get_logger("shardq.sessions")
 IDLE_RECHECK_S = 2.0  # re-poll even without a wake-up, for jobs made ready by other paths
@@ -99,6 +101,7 @@ class WorkerSession:
             self.types_by_shard[shard_for(t, self.settings.shard_count)].append(t)
         self._rotation = 0
         self._lease_backoff = LEASE_BACKOFF_S
+        self._gate_timers: dict[int, tuple[int, asyncio.TimerHandle]] = {}  # shard -> (steady ms, timer)
         self.log = log.bind(worker=worker_id, peer=peer)
 
     def send(self, message: pb.DispatcherMessage) -> None:
@@ -132,6 +135,9 @@ class WorkerSession:
 
     def close(self) -> None:
         if not self.closed:
+            for _, timer in self._gate_timers.values():
+                timer.cancel()
+            self._gate_timers.clear()
             self.closed = True
             self.outbox.put_nowait(None)
             self._room.set()
@@ -230,8 +236,9 @@ class WorkerSession:
         if epoch is None:
             return 0, picks  # moved away since the round began
         try:
+            start_ns = now_ns() if spans.enabled else 0
             try:
-                grants, unfilled = await self.working_set.lease(
+                leased = await self.working_set.lease(
                     shard,
                     epoch,
                     steady_ms(),
@@ -252,6 +259,9 @@ class WorkerSession:
             self._lease_backoff = min(self._lease_backoff * 2, LEASE_BACKOFF_CAP_S)
             return 0, picks
         self._lease_backoff = LEASE_BACKOFF_S
+        grants, unfilled = leased.grants, leased.unfilled
+        if leased.held_back:
+            self._held_back(shard, leased)
         if not grants:
             return 0, unfilled
         if self.closed:
@@ -267,10 +277,45 @@ class WorkerSession:
             self.types_of[g.id] = g.type
             self.writer.record(shard, lease_update(g, now), defer_ms=LEASE_WRITE_DELAY_MS)
         self._send_leases(grants)
+        if spans.enabled:
+            spans.record(
+                "shardq lease",
+                start_ns,
+                (g.headers for g in grants),
+                {
+                    "messaging.destination.partition.id": str(shard),
+                    "messaging.batch.message_count": len(grants),
+                    "messaging.consumer.group.name": self.worker_id,
+                },
+            )
         for g in grants:
             self.log.debug("job leased", job=g.id, type=g.type, shard=g.shard, attempt=g.attempt)
         self.context.on_leased(grants)
         return len(grants), unfilled
+
+    def _held_back(self, shard: int, leased: LeaseRound) -> None:
+        """Flow control held types of the shard back: look again when their gate opens (a rate limit,
+        a RateLimited hold), or when one of their leases ends (a concurrency limit: see
+        SessionRegistry.leases_ended); a resume or a settings change notifies the shard."""
+        for job_type, reason in leased.held_back:
+            metrics.LEASE_HELD_BACK.labels(metrics.type_label(job_type), reason).inc()
+            if reason in ("concurrency", "key_concurrency"):
+                self.registry.limited.add((shard, job_type))
+        if leased.wake_at_ms < 0:
+            return
+        pending = self._gate_timers.get(shard)
+        if pending is not None and pending[0] <= leased.wake_at_ms and not pending[1].cancelled():
+            return  # a wake-up at or before that instant is already set
+        if pending is not None:
+            pending[1].cancel()
+        delay_s = max(0.0, (leased.wake_at_ms - steady_ms()) / 1000)
+        timer = asyncio.get_running_loop().call_later(delay_s, self._gate_opened, shard)
+        self._gate_timers[shard] = (leased.wake_at_ms, timer)
+
+    def _gate_opened(self, shard: int) -> None:
+        self._gate_timers.pop(shard, None)
+        self.registry.hints.forget(shard, self.types_by_shard.get(shard, ()))
+        self.wake.set()
 
     def _send_leases(self, grants: list[Grant]) -> None:
         """Send the leases of due jobs at the end of the lease round, and each of the others at its
@@ -332,7 +377,10 @@ def _leases_message(grants: list[Grant]) -> pb.DispatcherMessage:
             idempotency_key=g.idempotency_key,
             run_at_ms=g.run_at_ms,
             enqueued_at_ms=g.enqueued_at_ms,
+            concurrency_key=g.concurrency_key,
         )
+        if g.headers:
+            lease.headers.update(g.headers)
         ref = lease.ref
         ref.job_id, ref.token, ref.shard = g.id, g.token, g.shard
     return message
@@ -386,6 +434,9 @@ class SessionRegistry:
         self.sessions: set[WorkerSession] = set()
         self.by_shard: dict[int, set[WorkerSession]] = defaultdict(set)
         self.holders: dict[str, WorkerSession] = {}  # job id -> session holding its lease
+        #: (shard, type) that a concurrency limit held back: the end of one of its leases wakes its
+        #: workers (bounded by the types this process leases).
+        self.limited: set[tuple[int, str]] = set()
         self._none_left = asyncio.Event()
         self._none_left.set()
 
@@ -447,6 +498,13 @@ class SessionRegistry:
         for session in self.by_shard.get(shard, ()):
             if types.intersection(session.job_types):
                 session.wake.set()
+
+    def leases_ended(self, ended: Iterable[tuple[int, str]]) -> None:
+        """Leases of these (shard, type) ended here: a type a concurrency limit held back has a slot
+        again (for the type, or for one of its keys), so its workers look again."""
+        for shard, job_type in set(ended):
+            if (shard, job_type) in self.limited:
+                self.notify_ready(shard, [(job_type, int(c)) for c in Priority])
 
     def all(self) -> Iterable[WorkerSession]:
         return list(self.sessions)

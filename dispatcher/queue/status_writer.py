@@ -329,6 +329,7 @@ def transition_update(
             failures=t.failures,
             expirations=t.expirations,
             last_error=error,
+            rate_limited=t.rate_limited or None,
         )
     return StoreUpdate(
         t.id,

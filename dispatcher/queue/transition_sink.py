@@ -53,6 +53,7 @@ class TransitionSink:
 
     def finished(self, finished: Sequence[tuple[Transition, str]], how: str) -> None:
         """Count transitions, given with their job types: how is "ack", "nack" or "expire"."""
+        self.sessions.leases_ended((t.shard, job_type) for t, job_type in finished if job_type)
         counter = {"ack": metrics.ACKED, "nack": metrics.NACKED, "expire": metrics.EXPIRED}[how]
         labels = [(metrics.type_label(job_type or "unknown"), t) for t, job_type in finished]
         metrics.count(counter, ((label,) for label, _ in labels))

@@ -3,13 +3,16 @@ errors name the field. Whatever brings a job in (an RPC, a hand-off, a schedule)
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from shardq_common.errors import InvalidArgument
 from shardq_common.pb import shardq_pb2 as pb
 
 from ..config import Settings
+from . import flow
 from .states import PRIORITIES, DeadReason, Priority
 
 TYPE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}")
@@ -20,6 +23,12 @@ MAX_LEASE_TTL_MS = 24 * 3600 * 1000
 MAX_HORIZON_MS = 100 * 365 * 24 * 3600 * 1000  # run_at at most a century ahead
 MAX_ID_LENGTH = 64
 MAX_TOKEN_LENGTH = 64
+# A job's headers are metadata (the trace context above all), stored in its row and its Redis record
+# and sent with each lease: bounded so that they never cost more than a small payload.
+MAX_HEADERS = 16
+MAX_HEADER_VALUE_LENGTH = 1024
+MAX_HEADERS_BYTES = 4096
+HEADER_KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 @dataclass(slots=True)  # not frozen: made per job (a frozen one sets each field through object.__setattr__)
@@ -31,6 +40,8 @@ class ValidJob:
     max_attempts: int
     lease_ttl_ms: int
     idempotency_key: str
+    concurrency_key: str = ""
+    headers: str | None = None  # the headers as the row stores them (JSON), None without any
 
 
 def job_type(value: str, field: str) -> str:
@@ -94,7 +105,34 @@ def job_spec(spec: pb.JobSpec, field: str, settings: Settings, now: int) -> Vali
         raise InvalidArgument(f"{field}.idempotency_key: longer than {MAX_KEY_LENGTH} characters")
     if not spec.idempotency_key.isprintable():
         raise InvalidArgument(f"{field}.idempotency_key: must not contain control characters")
-    return ValidJob(jt, spec.payload, prio, run_at, max_attempts, ttl, spec.idempotency_key)
+    key = (
+        flow.concurrency_key(spec.concurrency_key, f"{field}.concurrency_key") if spec.concurrency_key else ""
+    )
+    headers = job_headers(spec.headers, f"{field}.headers") if spec.headers else None
+    return ValidJob(jt, spec.payload, prio, run_at, max_attempts, ttl, spec.idempotency_key, key, headers)
+
+
+def job_headers(headers: Mapping[str, str], field: str) -> str:
+    """Checked headers as the DB row keeps them: a JSON object with sorted keys."""
+    if len(headers) > MAX_HEADERS:
+        raise InvalidArgument(f"{field}: {len(headers)} headers is over the limit of {MAX_HEADERS}")
+    size = 0
+    for key, value in headers.items():
+        if not HEADER_KEY_PATTERN.fullmatch(key):
+            raise InvalidArgument(
+                f"{field}: {key[:60]!r} is not a header name: 1..64 characters of letters, digits and "
+                "_.-, starting with a letter or digit"
+            )
+        if len(value) > MAX_HEADER_VALUE_LENGTH:
+            raise InvalidArgument(
+                f"{field}[{key!r}]: {len(value)} characters is over the limit of {MAX_HEADER_VALUE_LENGTH}"
+            )
+        if not value.isprintable():
+            raise InvalidArgument(f"{field}[{key!r}]: must not contain control characters")
+        size += len(key) + len(value.encode())
+    if size > MAX_HEADERS_BYTES:
+        raise InvalidArgument(f"{field}: {size} bytes is over the limit of {MAX_HEADERS_BYTES}")
+    return json.dumps(dict(sorted(headers.items())), separators=(",", ":"), ensure_ascii=False)
 
 
 def error_text(value: str, limit: int) -> str:

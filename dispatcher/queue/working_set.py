@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 from shardq_common.errors import NotOwner
 
 from ..config import RetryPolicy
@@ -79,6 +81,8 @@ class Grant:
     run_at_ms: int
     enqueued_at_ms: int
     payload: bytes
+    concurrency_key: str = ""
+    headers: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -94,6 +98,7 @@ class Transition:
     expirations: int = 0
     dead_reason: str = ""
     job_type: str = field(default="", compare=False)  # when the script reports it (for metrics)
+    rate_limited: int = 0  # times its handler raised RateLimited, when a nack reports it
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,24 @@ class NackSpec:
     token: str
     final_reason: str = ""  # '' retryable, else a DeadReason value
     delay_ms: int = -1
+    #: The handler raised RateLimited: back after delay_ms, the attempt not charged, counted apart.
+    rate_limited: bool = False
+    #: With rate_limited: the job's concurrency key (its type without one) leases nothing until then.
+    hold_siblings: bool = False
+
+
+@dataclass(frozen=True)
+class LeaseRound:
+    """What one lease call gave and what held it back."""
+
+    grants: list[Grant]
+    #: Picks no ready job filled (with fallback: every class was empty, or held back).
+    unfilled: list[Priority]
+    #: When a queue held back by a rate limit or a RateLimited hold may lease again (steady ms; -1: none).
+    wake_at_ms: int = -1
+    #: (type, reason) of the queues flow control held back: paused, concurrency, rate, key_concurrency,
+    #: key_rate.
+    held_back: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -147,9 +170,9 @@ class CancelOutcome:
 _RETURNED_AS = {ReturnCode.READY: JobState.READY, ReturnCode.CANCELLED: JobState.CANCELLED}
 # Entries per job in the flat replies of these scripts (see each script's header).
 _PEEK_ENTRIES = 3
-_LEASE_ENTRIES = 12
+_LEASE_ENTRIES = 14
 _ACK_ENTRIES = 4
-_RETRY_ENTRIES = 6
+_RETRY_ENTRIES = 7
 _REAP_ENTRIES = 7
 _RETURN_ENTRIES = 2
 _FINISHED_ENTRIES = 3
@@ -171,15 +194,18 @@ class WorkingSet:
         """Returns per job an EnqueueCode: SKIPPED (already present, or cancelled meanwhile), READY or
         DELAYED (plain ints: the caller compares them with the members, no enum made per job)."""
         k = ShardKeys(shard)
-        groups: dict[tuple[str, int], int] = {}  # (type, class) -> 1-based group
+        groups: dict[tuple[str, int, str], int] = {}  # (type, class, concurrency key) -> 1-based group
         job_args: list[Any] = []
         for job in jobs:
             rec = job.record
-            group = groups.setdefault((rec.type, int(rec.priority)), len(groups) + 1)
+            group = groups.setdefault((rec.type, int(rec.priority), rec.concurrency_key), len(groups) + 1)
             state = JobState.READY if rec.run_at_ms <= now else JobState.DELAYED
             job_args += [job.id, rec.pack(state), job.payload, group, rec.run_at_ms]
         keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.seq, k.types, k.cancelled_unqueued]
-        keys += [k.ready(job_type, cls) for job_type, cls in groups]
+        keys += [
+            k.key_ready(job_type, cls, key) if key else k.ready(job_type, cls)
+            for job_type, cls, key in groups
+        ]
         header = [epoch, now, len(groups), *(x for group in groups for x in group)]
         result = await self.scripts.enqueue(keys=keys, args=header + job_args)
         _check_owner(result, shard)
@@ -236,9 +262,8 @@ class WorkingSet:
         fallback: bool = True,
         nonce: str | None = None,
         holder: str = "",
-    ) -> tuple[list[Grant], list[Priority]]:
-        """Lease one job per pick to the worker stream ``holder``. Returns the grants and the picks
-        left unfilled.
+    ) -> LeaseRound:
+        """Lease one job per pick to the worker stream ``holder``, within the types' flow control.
 
         Tokens are ``epoch:serial:nonce``; the nonce (random unless a test fixes it) makes them
         unguessable, since an ack with a valid token completes the job on any dispatcher."""
@@ -255,12 +280,15 @@ class WorkingSet:
                 int(fallback),
                 secrets.token_hex(8) if nonce is None else nonce,
                 holder,
+                *job_types,
             ],
         )
         _check_owner(result, shard)
-        unfilled = [PRIORITIES[int(c)] for c in _s(result[-1])]
+        unfilled = [PRIORITIES[int(c)] for c in _s(result[-3])]
+        held = result[-1]
+        held_back = [(_s(held[i]), _s(held[i + 1])) for i in range(0, len(held), 2)]
         grants = []
-        for i in range(0, len(result) - 1, _LEASE_ENTRIES):
+        for i in range(0, len(result) - 3, _LEASE_ENTRIES):
             (
                 job_id,
                 token,
@@ -274,6 +302,8 @@ class WorkingSet:
                 run_at,
                 enqueued,
                 payload,
+                concurrency_key,
+                headers,
             ) = result[i : i + _LEASE_ENTRIES]
             grants.append(
                 Grant(
@@ -290,9 +320,11 @@ class WorkingSet:
                     run_at,
                     enqueued,
                     payload,
+                    concurrency_key.decode(),
+                    msgpack.unpackb(headers, raw=False) if headers else None,
                 )
             )
-        return grants, unfilled
+        return LeaseRound(grants, unfilled, int(result[-2]), held_back)
 
     async def extend(
         self, shard: int, now: int, refs: Sequence[tuple[str, str]], holder: str = ""
@@ -365,22 +397,40 @@ class WorkingSet:
         return out
 
     async def retry(
-        self, shard: int, now: int, nacks: Sequence[NackSpec], policy: RetryPolicy
+        self,
+        shard: int,
+        now: int,
+        nacks: Sequence[NackSpec],
+        policy: RetryPolicy,
+        *,
+        steady_now: int | None = None,
     ) -> list[Transition | None]:
+        """Nack leases: retry after backoff (or the handler's delay), dead-letter, or, for RateLimited,
+        back after its delay with the attempt not charged. ``now`` is wall time (run_at's clock);
+        ``steady_now`` (default ``now``) times a RateLimited hold."""
         if len(nacks) > SCRIPT_BATCH:
             done: list[Transition | None] = []
             for start in range(0, len(nacks), SCRIPT_BATCH):
-                done += await self.retry(shard, now, nacks[start : start + SCRIPT_BATCH], policy)
+                batch = nacks[start : start + SCRIPT_BATCH]
+                done += await self.retry(shard, now, batch, policy, steady_now=steady_now)
             return done
         k = ShardKeys(shard)
-        args: list[Any] = [now, policy.base_ms, policy.cap_ms, policy.jitter, int(policy.count_expirations)]
+        args: list[Any] = [
+            now,
+            policy.base_ms,
+            policy.cap_ms,
+            policy.jitter,
+            int(policy.count_expirations),
+            now if steady_now is None else steady_now,
+        ]
         for n in nacks:
-            args += [n.id, n.token, n.final_reason, n.delay_ms, random.random()]
+            limited = ("hold" if n.hold_siblings else "limited") if n.rate_limited else ""
+            args += [n.id, n.token, n.final_reason, n.delay_ms, random.random(), limited]
         r = await self.scripts.retry(keys=[k.jobs, k.payloads, k.leased, k.delayed, k.counts], args=args)
         out: list[Transition | None] = []
         for i, n in enumerate(nacks):
             j = i * _RETRY_ENTRIES
-            outcome, run_at, attempts, failures, expirations, reason = r[j : j + _RETRY_ENTRIES]
+            outcome, run_at, attempts, failures, expirations, reason, rate_limited = r[j : j + _RETRY_ENTRIES]
             if int(outcome) == RetryCode.STALE:
                 out.append(None)
                 continue
@@ -394,6 +444,7 @@ class WorkingSet:
                     int(failures),
                     int(expirations),
                     _s(reason),
+                    rate_limited=int(rate_limited),
                 )
             )
         return out

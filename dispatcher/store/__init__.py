@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from .base import DeadFilter, JobRow, Store, StoreUpdate
 from .open import open_store
+from .queue_settings import QueueSettingsRow
 from .schedules import Advance, ScheduleRow, StaleOccurrence
 
 __all__ = [
     "Advance",
     "DeadFilter",
     "JobRow",
+    "QueueSettingsRow",
     "ScheduleRow",
     "StaleOccurrence",
     "Store",

@@ -12,12 +12,13 @@ from typing import Any
 from shardq_common.clock import wall_ms
 from shardq_common.errors import ConfigError, StoreUnavailable
 
+from .queue_settings import QueueSettingsQueries
 from .schedules import ScheduleQueries
 
 COLUMNS = (
     "id, type, shard, priority, payload, status, run_at, lease_until, attempts, failures, expirations, "
     "max_attempts, lease_ttl_ms, idem_key, last_error, dead_reason, result, enqueued_at, started_at, "
-    "finished_at, updated_at, schedule"
+    "finished_at, updated_at, schedule, concurrency_key, rate_limited, headers"
 )
 ACTIVE_STATES = ("delayed", "ready", "leased")
 
@@ -46,6 +47,9 @@ class JobRow:
     finished_at: int | None
     updated_at: int
     schedule: str | None = None  # the schedule that materialized it
+    concurrency_key: str | None = None  # its type's per-key limits go by it (None: none)
+    rate_limited: int = 0  # retries its handler asked for by raising RateLimited (no attempt charged)
+    headers: str | None = None  # JSON object of the job's headers (migration 0009); None: none
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobRow:
@@ -70,6 +74,8 @@ class JobRow:
             self.idem_key,
             self.enqueued_at,
             self.updated_at,
+            self.concurrency_key,
+            self.headers,
         )
 
 
@@ -89,6 +95,7 @@ class StoreUpdate:
     result: bytes | None = None
     started_at: int | None = None
     finished_at: int | None = None
+    rate_limited: int | None = None
 
     def merged_over(self, older: StoreUpdate) -> StoreUpdate:
         """This (newer) update, keeping the older one's values where this leaves a column unchanged
@@ -106,6 +113,7 @@ class StoreUpdate:
             older.result if self.result is None else self.result,
             older.started_at if self.started_at is None else self.started_at,
             self.finished_at,
+            older.rate_limited if self.rate_limited is None else self.rate_limited,
         )
 
 
@@ -170,21 +178,23 @@ _UPDATE = (
     "UPDATE jobs SET status = ?, run_at = COALESCE(?, run_at), lease_until = ?, "
     "attempts = COALESCE(?, attempts), failures = COALESCE(?, failures), "
     "expirations = COALESCE(?, expirations), last_error = COALESCE(?, last_error), dead_reason = ?, "
-    "result = COALESCE(?, result), started_at = COALESCE(?, started_at), finished_at = ?, updated_at = ? "
+    "result = COALESCE(?, result), started_at = COALESCE(?, started_at), finished_at = ?, "
+    "rate_limited = COALESCE(?, rate_limited), updated_at = ? "
     # A finished job stays finished: an older update committed late (by the shard's former owner)
     # must not make it look active again. Only a requeue (requeue_dead) leaves the dead state.
     "WHERE id = ? AND status NOT IN ('succeeded', 'cancelled', 'dead')"
 )
 NEW_JOB_COLUMNS = (
     "id, type, shard, priority, payload, status, run_at, max_attempts, lease_ttl_ms, idem_key, "
-    "enqueued_at, updated_at"
+    "enqueued_at, updated_at, concurrency_key, headers"
 )
 _INSERT = (
-    f"INSERT INTO jobs ({NEW_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    f"INSERT INTO jobs ({NEW_JOB_COLUMNS}) VALUES ({', '.join('?' * len(NEW_JOB_COLUMNS.split(',')))}) "
+    "ON CONFLICT DO NOTHING"
 )
 
 
-class Store(ScheduleQueries, abc.ABC):
+class Store(ScheduleQueries, QueueSettingsQueries, abc.ABC):
     """Job rows and shard epochs. Every method is one transaction."""
 
     url_for_logs: str = ""
@@ -310,6 +320,7 @@ class Store(ScheduleQueries, abc.ABC):
                         u.result,
                         u.started_at,
                         u.finished_at,
+                        u.rate_limited,
                         now,
                         u.id,
                     )

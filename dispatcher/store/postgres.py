@@ -24,12 +24,13 @@ _UPDATE_MANY = (
     "expirations = COALESCE(v.expirations, jobs.expirations), "
     "last_error = COALESCE(v.last_error, jobs.last_error), dead_reason = v.dead_reason, "
     "result = COALESCE(v.result, jobs.result), started_at = COALESCE(v.started_at, jobs.started_at), "
-    "finished_at = v.finished_at, updated_at = %s "
+    "finished_at = v.finished_at, rate_limited = COALESCE(v.rate_limited, jobs.rate_limited), "
+    "updated_at = %s "
     # Binary parameters: psycopg dumps arrays with less CPU than as text.
     "FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::int[], %b::int[], %b::int[], "
-    "%b::text[], %b::text[], %b::bytea[], %b::bigint[], %b::bigint[]) "
+    "%b::text[], %b::text[], %b::bytea[], %b::bigint[], %b::bigint[], %b::int[]) "
     "AS v(id, status, run_at, lease_until, attempts, failures, expirations, last_error, dead_reason, result, "
-    "started_at, finished_at) "
+    "started_at, finished_at, rate_limited) "
     "WHERE jobs.id = v.id AND jobs.status NOT IN ('succeeded', 'cancelled', 'dead')"
 )
 
@@ -41,7 +42,7 @@ ENQUEUED_CHANNEL = "shardq_enqueued"
 # conflicts, so batches with idempotency keys take the INSERT.
 _NEW_JOB_TYPES = (
     *("text", "text", "int4", "int2", "bytea", "text"),
-    *("int8", "int4", "int4", "text", "int8", "int8"),
+    *("int8", "int4", "int4", "text", "int8", "int8", "text", "text"),
 )
 _COPY_NEW_JOBS = f"COPY jobs ({NEW_JOB_COLUMNS}) FROM STDIN (FORMAT BINARY)"
 _INSERT_NEW_JOBS = (
@@ -161,6 +162,7 @@ class PostgresStore(Store):
             [u.result for u in rows],
             [u.started_at for u in rows],
             [u.finished_at for u in rows],
+            [u.rate_limited for u in rows],
         ]
         async with self.transaction(durable=False) as tx:
             await tx.execute(_UPDATE_MANY, [wall_ms(), *columns])

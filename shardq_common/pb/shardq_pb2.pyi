@@ -60,7 +60,14 @@ CATCH_UP_LATEST: CatchUp
 CATCH_UP_NONE: CatchUp
 
 class JobSpec(_message.Message):
-    __slots__ = ("type", "payload", "priority", "run_at_ms", "delay_ms", "max_attempts", "lease_ttl_ms", "idempotency_key")
+    __slots__ = ("type", "payload", "priority", "run_at_ms", "delay_ms", "max_attempts", "lease_ttl_ms", "idempotency_key", "concurrency_key", "headers")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +76,8 @@ class JobSpec(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
     type: str
     payload: bytes
     priority: Priority
@@ -77,7 +86,9 @@ class JobSpec(_message.Message):
     max_attempts: int
     lease_ttl_ms: int
     idempotency_key: str
-    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., run_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    concurrency_key: str
+    headers: _containers.ScalarMap[str, str]
+    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., run_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class EnqueueRequest(_message.Message):
     __slots__ = ("job",)
@@ -114,7 +125,14 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard", "schedule")
+    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard", "schedule", "concurrency_key", "rate_limited", "headers")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +153,9 @@ class Job(_message.Message):
     RESULT_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
     id: str
     type: str
     priority: Priority
@@ -155,7 +176,10 @@ class Job(_message.Message):
     result: bytes
     shard: int
     schedule: str
-    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ..., schedule: _Optional[str] = ...) -> None: ...
+    concurrency_key: str
+    rate_limited: int
+    headers: _containers.ScalarMap[str, str]
+    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ..., schedule: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., rate_limited: _Optional[int] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -328,18 +352,22 @@ class Acks(_message.Message):
     def __init__(self, acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ...) -> None: ...
 
 class Nack(_message.Message):
-    __slots__ = ("lease", "error", "retryable", "retry_delay_ms", "no_handler")
+    __slots__ = ("lease", "error", "retryable", "retry_delay_ms", "no_handler", "rate_limited", "hold_siblings")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
     RETRY_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     NO_HANDLER_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    HOLD_SIBLINGS_FIELD_NUMBER: _ClassVar[int]
     lease: LeaseRef
     error: str
     retryable: bool
     retry_delay_ms: int
     no_handler: bool
-    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., retry_delay_ms: _Optional[int] = ..., no_handler: _Optional[bool] = ...) -> None: ...
+    rate_limited: bool
+    hold_siblings: bool
+    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., retry_delay_ms: _Optional[int] = ..., no_handler: _Optional[bool] = ..., rate_limited: _Optional[bool] = ..., hold_siblings: _Optional[bool] = ...) -> None: ...
 
 class Nacks(_message.Message):
     __slots__ = ("nacks",)
@@ -370,7 +398,14 @@ class WorkerMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., acks: _Optional[_Union[Acks, _Mapping]] = ..., nacks: _Optional[_Union[Nacks, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., then_credit: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("ref", "type", "payload", "priority", "attempt", "max_attempts", "deadline_ms", "lease_ttl_ms", "idempotency_key", "run_at_ms", "enqueued_at_ms")
+    __slots__ = ("ref", "type", "payload", "priority", "attempt", "max_attempts", "deadline_ms", "lease_ttl_ms", "idempotency_key", "run_at_ms", "enqueued_at_ms", "concurrency_key", "headers")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     REF_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -382,6 +417,8 @@ class Lease(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     RUN_AT_MS_FIELD_NUMBER: _ClassVar[int]
     ENQUEUED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
     ref: LeaseRef
     type: str
     payload: bytes
@@ -393,7 +430,9 @@ class Lease(_message.Message):
     idempotency_key: str
     run_at_ms: int
     enqueued_at_ms: int
-    def __init__(self, ref: _Optional[_Union[LeaseRef, _Mapping]] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., run_at_ms: _Optional[int] = ..., enqueued_at_ms: _Optional[int] = ...) -> None: ...
+    concurrency_key: str
+    headers: _containers.ScalarMap[str, str]
+    def __init__(self, ref: _Optional[_Union[LeaseRef, _Mapping]] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., run_at_ms: _Optional[int] = ..., enqueued_at_ms: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Leases(_message.Message):
     __slots__ = ("leases",)
@@ -668,3 +707,99 @@ class NextOccurrencesResponse(_message.Message):
     occurrences_ms: _containers.RepeatedScalarFieldContainer[int]
     timezone: str
     def __init__(self, occurrences_ms: _Optional[_Iterable[int]] = ..., timezone: _Optional[str] = ...) -> None: ...
+
+class TokenBucket(_message.Message):
+    __slots__ = ("per_s", "burst")
+    PER_S_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
+    per_s: float
+    burst: int
+    def __init__(self, per_s: _Optional[float] = ..., burst: _Optional[int] = ...) -> None: ...
+
+class QueueSettings(_message.Message):
+    __slots__ = ("paused", "concurrency", "key_concurrency", "key_concurrency_overrides", "key_weights", "rate", "key_rate")
+    class KeyConcurrencyOverridesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class KeyWeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    KEY_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    KEY_CONCURRENCY_OVERRIDES_FIELD_NUMBER: _ClassVar[int]
+    KEY_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    KEY_RATE_FIELD_NUMBER: _ClassVar[int]
+    paused: _containers.RepeatedScalarFieldContainer[Priority]
+    concurrency: int
+    key_concurrency: int
+    key_concurrency_overrides: _containers.ScalarMap[str, int]
+    key_weights: _containers.ScalarMap[str, int]
+    rate: TokenBucket
+    key_rate: TokenBucket
+    def __init__(self, paused: _Optional[_Iterable[_Union[Priority, str]]] = ..., concurrency: _Optional[int] = ..., key_concurrency: _Optional[int] = ..., key_concurrency_overrides: _Optional[_Mapping[str, int]] = ..., key_weights: _Optional[_Mapping[str, int]] = ..., rate: _Optional[_Union[TokenBucket, _Mapping]] = ..., key_rate: _Optional[_Union[TokenBucket, _Mapping]] = ...) -> None: ...
+
+class QueueInfo(_message.Message):
+    __slots__ = ("type", "settings", "shard", "delayed", "ready", "running", "keys_running", "keys_at_limit", "updated_at_ms")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    KEYS_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    KEYS_AT_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    settings: QueueSettings
+    shard: int
+    delayed: int
+    ready: int
+    running: int
+    keys_running: int
+    keys_at_limit: int
+    updated_at_ms: int
+    def __init__(self, type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ..., shard: _Optional[int] = ..., delayed: _Optional[int] = ..., ready: _Optional[int] = ..., running: _Optional[int] = ..., keys_running: _Optional[int] = ..., keys_at_limit: _Optional[int] = ..., updated_at_ms: _Optional[int] = ...) -> None: ...
+
+class SetQueueSettingsRequest(_message.Message):
+    __slots__ = ("type", "settings", "fields")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    settings: QueueSettings
+    fields: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ..., fields: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetQueueRequest(_message.Message):
+    __slots__ = ("type",)
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    def __init__(self, type: _Optional[str] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListQueuesResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueInfo]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueInfo, _Mapping]]] = ...) -> None: ...
+
+class PauseQueueRequest(_message.Message):
+    __slots__ = ("type", "priority")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    priority: Priority
+    def __init__(self, type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...

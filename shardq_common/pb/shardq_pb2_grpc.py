@@ -1001,3 +1001,248 @@ class ScheduleService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class QueueServiceStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.SetQueueSettings = channel.unary_unary(
+                '/shardq.v1.QueueService/SetQueueSettings',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.SetQueueSettingsRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.QueueInfo.FromString,
+                _registered_method=True)
+        self.GetQueue = channel.unary_unary(
+                '/shardq.v1.QueueService/GetQueue',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.GetQueueRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.QueueInfo.FromString,
+                _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/shardq.v1.QueueService/ListQueues',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
+        self.PauseQueue = channel.unary_unary(
+                '/shardq.v1.QueueService/PauseQueue',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.PauseQueueRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.QueueInfo.FromString,
+                _registered_method=True)
+        self.ResumeQueue = channel.unary_unary(
+                '/shardq.v1.QueueService/ResumeQueue',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.PauseQueueRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.QueueInfo.FromString,
+                _registered_method=True)
+
+
+class QueueServiceServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def SetQueueSettings(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueues(self, request, context):
+        """Every type with settings or with jobs in Redis now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_QueueServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'SetQueueSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQueueSettings,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.SetQueueSettingsRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.QueueInfo.SerializeToString,
+            ),
+            'GetQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetQueue,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.GetQueueRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.QueueInfo.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.ListQueuesRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.ListQueuesResponse.SerializeToString,
+            ),
+            'PauseQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseQueue,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.PauseQueueRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.QueueInfo.SerializeToString,
+            ),
+            'ResumeQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeQueue,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.PauseQueueRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.QueueInfo.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'shardq.v1.QueueService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('shardq.v1.QueueService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class QueueService:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def SetQueueSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.QueueService/SetQueueSettings',
+            shardq_dot_v1_dot_shardq__pb2.SetQueueSettingsRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.QueueInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.QueueService/GetQueue',
+            shardq_dot_v1_dot_shardq__pb2.GetQueueRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.QueueInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.QueueService/ListQueues',
+            shardq_dot_v1_dot_shardq__pb2.ListQueuesRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.QueueService/PauseQueue',
+            shardq_dot_v1_dot_shardq__pb2.PauseQueueRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.QueueInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.QueueService/ResumeQueue',
+            shardq_dot_v1_dot_shardq__pb2.PauseQueueRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.QueueInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

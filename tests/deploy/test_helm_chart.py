@@ -931,3 +931,165 @@ def test_helm_is_cached_in_the_venv(helm: Helm) -> None:
     # Later runs find it there and download nothing.
     assert helm.binary == CACHE / "helm"
     assert shutil.which(str(helm.binary))
+
+
+# -- the development profile ------------------------------------------------------------
+
+DEV_VALUES = CHART / "values-dev.yaml"
+DEV: dict[str, Any] = yaml.safe_load(DEV_VALUES.read_text())
+
+
+def _decoded(secret: dict[str, Any]) -> dict[str, str]:
+    import base64
+
+    return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+
+
+def test_dev_profile_lints_strict(helm: Helm) -> None:
+    proc = helm.run("lint", "--strict", str(CHART), "-f", str(DEV_VALUES))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_dev_profile_renders_redis_postgresql_dispatcher_and_demo_worker(helm: Helm) -> None:
+    """With values-dev.yaml and nothing else: every object valid, the dispatcher wired to the
+    release's own Redis and PostgreSQL through the generated Secret, a demo worker."""
+    text, docs = helm.render(DEV)
+    assert yamllint_errors(text) == []
+    assert validate_all(docs) == set()
+    names = sorted((d["kind"], d["metadata"]["name"]) for d in docs)
+    assert names == [
+        ("ConfigMap", "shardq"),
+        ("Deployment", "shardq"),
+        ("Deployment", "shardq-demo-worker"),
+        ("Deployment", "shardq-postgresql"),
+        ("Deployment", "shardq-redis"),
+        ("Secret", "shardq-dev-credentials"),
+        ("Service", "shardq"),
+        ("Service", "shardq-postgresql"),
+        ("Service", "shardq-redis"),
+    ]
+
+    secret = _decoded(one(docs, "Secret"))
+    redis_password, pg_password = secret["redis-password"], secret["postgres-password"]
+    for password in (redis_password, pg_password):
+        assert re.fullmatch(r"[A-Za-z0-9]{32}", password), password
+    assert secret["redis-url"] == f"redis://:{redis_password}@shardq-redis:6379/0"
+    assert secret["db-url"] == f"postgresql://shardq:{pg_password}@shardq-postgresql:5432/shardq"
+    # Generated per install, never a value written in the chart.
+    _, again = helm.render(DEV)
+    assert _decoded(one(again, "Secret"))["redis-password"] != redis_password
+
+    dispatcher = one(docs, "Deployment", "dispatcher")
+    assert dispatcher["spec"]["replicas"] == 1
+    assert_hardened(dispatcher, "dispatcher")
+    env = env_of(container(dispatcher, "dispatcher"))
+    assert env["SHARDQ_REDIS_URL"]["valueFrom"] == {
+        "secretKeyRef": {"name": "shardq-dev-credentials", "key": "redis-url"}
+    }
+    assert env["SHARDQ_DB_URL"]["valueFrom"] == {
+        "secretKeyRef": {"name": "shardq-dev-credentials", "key": "db-url"}
+    }
+    waits = dispatcher["spec"]["template"]["spec"]["initContainers"]
+    assert [c["name"] for c in waits] == ["wait-for-redis", "wait-for-postgresql"]
+    assert one(docs, "ConfigMap")["data"]["SHARDQ_PROCESSES"] == "1"
+
+    services = {s["metadata"]["name"]: s for s in by_kind(docs, "Service")}
+    for component, port in (("redis", 6379), ("postgresql", 5432)):
+        dep = one(docs, "Deployment", component)
+        pod = dep["spec"]["template"]["spec"]
+        assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        c = pod["containers"][0]
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert c["readinessProbe"]
+        svc = services[f"shardq-{component}"]
+        assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+        assert [p["port"] for p in svc["spec"]["ports"]] == [port]
+    redis = container(one(docs, "Deployment", "redis"), "redis")
+    assert redis["args"][:2] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    assert env_of(redis)["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "shardq-dev-credentials",
+        "key": "redis-password",
+    }
+    pg_env = env_of(container(one(docs, "Deployment", "postgresql"), "postgresql"))
+    assert pg_env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "postgres-password"
+    assert (pg_env["POSTGRES_USER"]["value"], pg_env["POSTGRES_DB"]["value"]) == ("shardq", "shardq")
+    pg_volumes = one(docs, "Deployment", "postgresql")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "data", "emptyDir": {}} in pg_volumes
+
+    worker = one(docs, "Deployment", "demo-worker")
+    assert_hardened(worker, "demo-worker")
+    c = container(worker, "demo-worker")
+    assert c["image"] == container(dispatcher, "dispatcher")["image"]
+    assert c["args"] == ["demo-worker", "--concurrency", "16"]
+    assert env_of(c)["SHARDQ_TARGET"]["value"] == "shardq:7070"
+
+
+def test_dev_profile_can_keep_postgresql_data_in_a_claim(helm: Helm) -> None:
+    values = _merge(DEV, {"dev": {"postgresql": {"persistence": {"enabled": True, "size": "5Gi"}}}})
+    _, docs = helm.render(values)
+    assert validate_all(docs) == set()
+    claim = one(docs, "PersistentVolumeClaim")
+    assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    volumes = one(docs, "Deployment", "postgresql")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]}} in volumes
+
+
+def test_dev_profile_templates_keep_the_generated_passwords_across_upgrades() -> None:
+    """helm template has no cluster to look the Secret up in, so this reads the template: an upgrade
+    reuses the passwords of the Secret it finds, and generates them only when there is none."""
+    template = (CHART / "templates" / "dev-secret.yaml").read_text()
+    assert 'lookup "v1" "Secret" .Release.Namespace $name' in template
+    assert 'index $existing.data "redis-password"' in template
+    assert 'index $existing.data "postgres-password"' in template
+
+
+def test_dev_notes_say_how_to_try_it(helm: Helm) -> None:
+    proc = helm.run(
+        "install", "shardq", str(CHART), "--dry-run=client", "--namespace", "queues", "-f", str(DEV_VALUES)
+    )
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    assert "exec deployment/shardq -- dispatcherctl enqueue demo.echo" in notes
+    assert "logs deployment/shardq-demo-worker" in notes
+    assert "get secret shardq-dev-credentials" in notes
+    assert "port-forward svc/shardq 7070:7070" in notes
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            {"redis": {"existingSecret": "mine"}},
+            "leave redis.existingSecret and database.existingSecret empty",
+        ),
+        (
+            {"database": {"existingSecret": "mine"}},
+            "leave redis.existingSecret and database.existingSecret empty",
+        ),
+        ({"tls": {"enabled": True, "existingSecret": "t"}}, "does not combine with tls.enabled"),
+        ({"auth": {"enabled": True, "existingSecret": "a"}}, "does not combine with tls.enabled or auth"),
+        ({"dev": {"redis": {"password": "inline"}}}, "password"),
+        ({"dev": {"postgresql": {"persistence": {"size": "lots"}}}}, "size"),
+    ],
+    ids=["redis-secret", "db-secret", "tls", "auth", "inline-password", "bad-size"],
+)
+def test_dev_profile_refuses_what_it_cannot_honour(
+    helm: Helm, override: dict[str, Any], message: str
+) -> None:
+    proc = helm.template(_merge(DEV, override))
+    assert proc.returncode != 0, proc.stdout
+    assert message in proc.stderr, proc.stderr
+
+
+def test_the_production_path_is_unchanged_by_the_dev_values(helm: Helm) -> None:
+    """Without the profile: no Secret, no Redis or PostgreSQL of the release, and no install without
+    the two existing Secrets (the message now points at the profile)."""
+    _, docs = helm.render(MINIMAL)
+    assert not by_kind(docs, "Secret")
+    assert {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in docs} == {"dispatcher"}
+    proc = helm.template({})
+    assert proc.returncode != 0
+    assert "redis.existingSecret is required" in proc.stderr
+    assert "values-dev.yaml" in proc.stderr

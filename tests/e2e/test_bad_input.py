@@ -263,6 +263,70 @@ for _method, _request in (
 ):
     CATALOGUE[f"ScheduleService/{_method}"] = [("a bad name", _request, ("name",))]
 
+# Flow control: every field of the settings, out of its bounds. The settings are checked whole before
+# anything is written (test_queue_settings.py checks that the stored settings did not change).
+CATALOGUE["JobService/Enqueue"] += [
+    ("a 129-character concurrency key", enqueue(concurrency_key="k" * 129)[1], ("job.concurrency_key",)),
+    ("a concurrency key with a newline", enqueue(concurrency_key="a\nb")[1], ("job.concurrency_key",)),
+]
+CATALOGUE["JobService/EnqueueMany"] += [
+    (
+        "jobs[5] with a 129-character concurrency key",
+        batch_with_bad_fifth(concurrency_key="k" * 129)[1],
+        ("jobs[5].concurrency_key",),
+    ),
+]
+
+
+def queue_settings(**fields: Any) -> pb.SetQueueSettingsRequest:
+    return pb.SetQueueSettingsRequest(type="noop", settings=pb.QueueSettings(**fields))
+
+
+def overrides(named: dict[str, int]) -> pb.SetQueueSettingsRequest:
+    return queue_settings(key_concurrency_overrides=named)
+
+
+def bucket(per_s: float, burst: int) -> pb.TokenBucket:
+    return pb.TokenBucket(per_s=per_s, burst=burst)
+
+
+OVERRIDES = ("settings.key_concurrency_overrides",)
+
+
+CATALOGUE["QueueService/SetQueueSettings"] = [
+    ("an empty type", pb.SetQueueSettingsRequest(type=""), ("type",)),
+    ("a bad type", pb.SetQueueSettingsRequest(type="bad type"), ("type",)),
+    ("an unknown field name", pb.SetQueueSettingsRequest(type="noop", fields=["speed"]), ("fields[0]",)),
+    ("a negative concurrency", queue_settings(concurrency=-1), ("settings.concurrency",)),
+    ("an absurd concurrency", queue_settings(concurrency=10**7), ("settings.concurrency",)),
+    ("a negative key concurrency", queue_settings(key_concurrency=-2), ("settings.key_concurrency",)),
+    ("an override of 0", overrides({"a": 0}), OVERRIDES),
+    ("an override of an empty key", overrides({"": 3}), OVERRIDES),
+    ("an override of a 129-character key", overrides({"k" * 129: 3}), OVERRIDES),
+    ("1,001 overrides", overrides({f"k{i}": 1 for i in range(1001)}), OVERRIDES),
+    ("a weight of 0", queue_settings(key_weights={"a": 0}), ("settings.key_weights",)),
+    ("a weight of 1001", queue_settings(key_weights={"a": 1001}), ("settings.key_weights",)),
+    ("a rate of 0", queue_settings(rate=bucket(0, 1)), ("settings.rate.per_s",)),
+    ("a negative rate", queue_settings(rate=bucket(-5, 1)), ("settings.rate.per_s",)),
+    ("an infinite rate", queue_settings(rate=bucket(float("inf"), 1)), ("settings.rate.per_s",)),
+    ("a NaN rate", queue_settings(rate=bucket(float("nan"), 1)), ("settings.rate.per_s",)),
+    ("an absurd rate", queue_settings(rate=bucket(1e9, 1)), ("settings.rate.per_s",)),
+    ("a burst of 0", queue_settings(rate=bucket(10, 0)), ("settings.rate.burst",)),
+    ("a key rate burst of 0", queue_settings(key_rate=bucket(10, 0)), ("settings.key_rate.burst",)),
+    ("an absurd key rate", queue_settings(key_rate=bucket(2e6, 5)), ("settings.key_rate.per_s",)),
+    ("paused class unspecified", queue_settings(paused=[0]), ("settings.paused[0]",)),
+    ("paused class 9", queue_settings(paused=[1, 9]), ("settings.paused[1]",)),
+]  # fmt: skip
+CATALOGUE["QueueService/GetQueue"] = [("a bad type", pb.GetQueueRequest(type="bad type"), ("type",))]
+CATALOGUE["QueueService/PauseQueue"] = [
+    ("an empty type", pb.PauseQueueRequest(type=""), ("type",)),
+    ("priority 9", pb.PauseQueueRequest(type="noop", priority=9), ("priority",)),
+]
+CATALOGUE["QueueService/ResumeQueue"] = [
+    ("a type of 201 characters", pb.PauseQueueRequest(type="a" * 201), ("type",)),
+    ("priority -1", pb.PauseQueueRequest(type="noop", priority=-1), ("priority",)),
+]
+
 
 # Bytes no client library would send, to a method path: a field of the wrong wire type (it is an
 # unknown field to protobuf, so the real one is empty), bad UTF-8 in a string, a truncated message,
@@ -587,6 +651,40 @@ def test_worker_stream_bad_input(dispatcher, redis_url, start_worker, ledger):
                 "a nack with a negative retry delay",
                 [{"hello": hello()}, {"nacks": pb.Nacks(nacks=[pb.Nack(lease=ref(), retry_delay_ms=-1)])}],
                 "retry_delay_ms",
+                ["welcome"],
+            ),
+            (
+                "a rate-limited nack without a delay",
+                [{"hello": hello()}, {"nacks": pb.Nacks(nacks=[pb.Nack(lease=ref(), rate_limited=True)])}],
+                "retry_delay_ms",
+                ["welcome"],
+            ),
+            (
+                "a rate-limited nack with a delay of 0",
+                [
+                    {"hello": hello()},
+                    {"nacks": pb.Nacks(nacks=[pb.Nack(lease=ref(), rate_limited=True, retry_delay_ms=0)])},
+                ],
+                "nacks[0].retry_delay_ms",
+                ["welcome"],
+            ),
+            (
+                "a rate-limited nack with a delay over a day",
+                [
+                    {"hello": hello()},
+                    {
+                        "nacks": pb.Nacks(
+                            nacks=[pb.Nack(lease=ref(), rate_limited=True, retry_delay_ms=DAY_MS + 1)]
+                        )
+                    },
+                ],
+                "nacks[0].retry_delay_ms",
+                ["welcome"],
+            ),
+            (
+                "a nack holding its siblings without being rate limited",
+                [{"hello": hello()}, {"nacks": pb.Nacks(nacks=[pb.Nack(lease=ref(), hold_siblings=True)])}],
+                "nacks[0].hold_siblings",
                 ["welcome"],
             ),
             (

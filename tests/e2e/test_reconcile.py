@@ -52,7 +52,7 @@ def copy_ready_jobs(db_url: str, job_type: str, shard: int, count: int) -> None:
             for job_id in new_job_ids(count):
                 copy.write_row(
                     (job_id, job_type, shard, int(Priority.DEFAULT), b"{}", "ready", now, 3, 120_000, None)
-                    + (now, now)
+                    + (now, now, None, None)  # enqueued_at, updated_at, concurrency_key, headers
                 )
         conn.commit()
 

@@ -165,6 +165,11 @@ def test_a_producer_enqueues_and_reads_its_own_types_and_nothing_else(secured):
         assert _code(lambda: producer.requeue_dead(all=True)) is CODES.PERMISSION_DENIED
         assert _code(lambda: producer.purge_dead()) is CODES.PERMISSION_DENIED
         assert _code(lambda: producer.rebalance(dry_run=True)) is CODES.PERMISSION_DENIED
+        assert _code(lambda: producer.pause_queue("billing.invoice")) is CODES.PERMISSION_DENIED
+        assert (
+            _code(lambda: producer.set_queue_settings("billing.x", concurrency=1)) is CODES.PERMISSION_DENIED
+        )
+        assert _code(lambda: producer.list_queues()) is CODES.PERMISSION_DENIED
         assert producer.shard_map().shard_count > 0  # to send jobs to their shard's owner
         assert producer.cancel(job_id) == "cancelled"
     assert _connect_code(setup.security(PRODUCER), proc.target, ["billing.x"]) is CODES.PERMISSION_DENIED
@@ -204,6 +209,9 @@ def test_admin_may_do_everything(secured):
         assert admin.rebalance(dry_run=True).applied is False
         assert len(admin.shard_map().shards) == SHARDS
         assert any(q.type == "resize" for q in admin.stats())
+        assert admin.set_queue_settings("resize", concurrency=4).settings.concurrency == 4
+        assert admin.get_queue("resize").ready >= 1
+        assert admin.set_queue_settings("resize", concurrency=0).settings.concurrency == 0
     assert _connect(setup.security(ADMIN), proc.target, ["resize", "billing.x"]) == "welcome"
 
 

@@ -515,11 +515,12 @@ class LuaStateMachine(RuleBasedStateMachine):
                     payload=j.payload,
                 )
             )
-        grants, left = self.run(
+        leased = self.run(
             self.ws.lease(
                 SHARD, self.epoch, self.now, job_types, picks, fallback=fallback, nonce=nonce, holder=holder
             )
         )
+        grants, left = leased.grants, leased.unfilled
         assert grants == expected
         assert left == unfilled, (picks, fallback, left, unfilled)
         for g in grants:

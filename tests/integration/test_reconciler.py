@@ -126,7 +126,8 @@ async def test_a_job_the_former_owner_finished_after_the_page_was_read_is_not_re
     await shard.acquire(1, "old")
     job = await shard.commit_new_job()
     await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job])
-    (grant,), _ = await shard.working_set.lease(SHARD, 1, wall_ms(), [JOB_TYPE], [int(Priority.DEFAULT)])
+    leased = await shard.working_set.lease(SHARD, 1, wall_ms(), [JOB_TYPE], [int(Priority.DEFAULT)])
+    (grant,) = leased.grants
     await shard.store.apply_updates([lease_update(grant, wall_ms())])
     await shard.acquire(2, "new")
 
@@ -175,7 +176,8 @@ async def test_a_job_pushed_run_and_finished_while_its_page_is_restored_is_not_r
 
     async def pushed_and_run() -> None:
         assert await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]) == [1]
-        (grant,), _ = await shard.working_set.lease(SHARD, 1, wall_ms(), [JOB_TYPE], [int(Priority.DEFAULT)])
+        leased = await shard.working_set.lease(SHARD, 1, wall_ms(), [JOB_TYPE], [int(Priority.DEFAULT)])
+        (grant,) = leased.grants
         (done,) = await shard.working_set.ack(SHARD, wall_ms(), [(grant.id, grant.token)])
         assert done is not None
         shard.writer.record(SHARD, transition_update(done, wall_ms()))

@@ -12,7 +12,7 @@ from dispatcher.config import Settings
 from dispatcher.queue.keys import ShardKeys
 from dispatcher.queue.records import JobRecord
 from dispatcher.queue.states import JobState
-from dispatcher.queue.working_set import Grant
+from dispatcher.queue.working_set import Grant, LeaseRound
 from dispatcher.server import RunningDispatcher, start_dispatcher
 from shardmap import shard_for
 from tests.support.ports import free_port
@@ -96,13 +96,13 @@ async def test_a_lease_granted_to_a_stream_that_ended_during_the_call_is_returne
         real_lease = app.working_set.lease
         granted: list[Grant] = []
 
-        async def lease_while_the_stream_ends(*args: Any, **kwargs: Any) -> tuple[list[Grant], Any]:
-            grants, unfilled = await real_lease(*args, **kwargs)
-            if grants:
+        async def lease_while_the_stream_ends(*args: Any, **kwargs: Any) -> LeaseRound:
+            leased = await real_lease(*args, **kwargs)
+            if leased.grants:
                 await gone.close()
                 await wait_for(lambda: session.closed, message="the stream's end was not seen")
-                granted.extend(grants)
-            return grants, unfilled
+                granted.extend(leased.grants)
+            return leased
 
         monkeypatch.setattr(app.working_set, "lease", lease_while_the_stream_ends)
         await gone.credit(1)

@@ -108,10 +108,12 @@ async def scenario(ws: WorkingSet, shard: int) -> list[tuple[str, Any]]:
     note("counts after promote", await ws.counts([shard]))
 
     now = T0 + 1_500
-    grants, unfilled = await ws.lease(shard, epoch, now, ["ta", "tb"], [0, 1, 2, 1, 0], nonce="n")
+    leased = await ws.lease(shard, epoch, now, ["ta", "tb"], [0, 1, 2, 1, 0], nonce="n")
+    grants, unfilled = leased.grants, leased.unfilled
     note("lease", (grants, unfilled))
     note("lease stale", await expect_not_owner(ws.lease(shard, 7, now, ["ta"], [0])))
-    more, left = await ws.lease(shard, epoch, now, ["ta", "tb"], [2, 2, 2], fallback=False, nonce="n")
+    leased = await ws.lease(shard, epoch, now, ["ta", "tb"], [2, 2, 2], fallback=False, nonce="n")
+    more, left = leased.grants, leased.unfilled
     note("lease no fallback", (more, left))
     refs = [(g.id, g.token) for g in grants]
     note("extend", await ws.extend(shard, now + 100, [*refs[:2], (f"{s}-ghost", "8:1")]))
@@ -240,7 +242,7 @@ async def test_counts_over_many_shards_in_one_pipeline(single_ws, cluster_ws, re
                 for i in range(shard % 5 + 1)
             ]
             await ws.enqueue(shard, 1, T0, jobs)
-        grants, _ = await ws.lease(shards[-1], 1, T0, ["t0", "t1", "t2"], [0])
+        await ws.lease(shards[-1], 1, T0, ["t0", "t1", "t2"], [0])
         results.append(await ws.counts(shards))
         assert await ws.counts([]) == {}
     single, cluster = results
@@ -334,7 +336,7 @@ async def test_a_dead_master_fails_only_its_shards_and_recovers(tmp_path: Path) 
             await ws.lease(victim_shard, 1, T0, ["ta"], [0])
         assert time.monotonic() - started < 1.5
         for shard in others:  # the other masters still serve their shards
-            grants, _ = await ws.lease(shard, 1, T0, ["ta"], [0])
+            grants = (await ws.lease(shard, 1, T0, ["ta"], [0])).grants
             assert [g.id for g in grants] == [f"j{shard}"]
 
         victim.start()  # same port and nodes-<port>.conf: it rejoins with its slots, but empty

@@ -37,6 +37,9 @@ class DispatcherProcess:
     """``dispatcher run`` as a child process on a free port. ``security``: how the readiness probe
     reaches it when it runs with TLS or auth (any token that may call GetVersion)."""
 
+    #: What runs as ``python -m <module> run``: the dispatcher's command (a test may wrap it).
+    module = "dispatcher.cli.daemon"
+
     def __init__(
         self,
         redis_url: str,
@@ -69,7 +72,7 @@ class DispatcherProcess:
             }
         )
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "dispatcher.cli.daemon", "run"],
+            [sys.executable, "-m", self.module, "run"],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

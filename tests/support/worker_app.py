@@ -6,7 +6,9 @@ Each ledger line is JSON written with one os.write on an O_APPEND descriptor, so
 even when the process is SIGKILLed right after.
 Handlers (by job type prefix): ``noop*`` returns at once; ``sleep*`` sleeps payload["sleep"] seconds
 (on attempts up to payload["sleep_attempts"]); ``fail*`` always raises; ``flaky*`` raises until
-attempt > payload["fail_times"]; ``final*`` raises SkipRetry; ``sync*`` is a sync handler (run in a thread)
+attempt > payload["fail_times"]; ``final*`` raises SkipRetry; ``limited*`` raises
+RateLimited(payload["retry_after"], payload["hold_siblings"]) its first payload["limited_times"] runs in
+this worker (default 1); ``sync*`` is a sync handler (run in a thread)
 that returns at once; ``block*`` is a sync handler that blocks its thread forever and never looks at
 ctx.cancelled. A handler that returns returns the bytes of payload["result_hex"] as the job's result
 (none without it).
@@ -21,7 +23,7 @@ import os
 import threading
 import time
 
-from worker_sdk import JobContext, SkipRetry, serve
+from worker_sdk import JobContext, RateLimited, SkipRetry, serve
 
 
 class Ledger:
@@ -39,12 +41,15 @@ class Ledger:
             "t": time.time(),
             "run_at": ctx.run_at.timestamp(),
             "pid": os.getpid(),
+            "key": ctx.concurrency_key,
             **extra,
         }
         os.write(self.fd, (json.dumps(line) + "\n").encode())
 
 
 def handlers_for(types: list[str], ledger: Ledger) -> dict[str, object]:
+    limited: dict[str, int] = {}  # job id -> RateLimited raised for it so far (attempts do not count them)
+
     async def handle(ctx: JobContext) -> bytes | None:
         ledger.write("start", ctx)
         payload = ctx.json() or {}
@@ -60,6 +65,12 @@ def handlers_for(types: list[str], ledger: Ledger) -> dict[str, object]:
         elif kind.startswith("final"):
             ledger.write("fail", ctx)
             raise SkipRetry("not retryable")
+        elif kind.startswith("limited") and limited.get(ctx.job_id, 0) < int(payload.get("limited_times", 1)):
+            limited[ctx.job_id] = limited.get(ctx.job_id, 0) + 1
+            ledger.write("rate_limited", ctx)
+            raise RateLimited(
+                float(payload.get("retry_after", 1.0)), bool(payload.get("hold_siblings", False))
+            )
         ledger.write("end", ctx)
         return bytes.fromhex(payload["result_hex"]) if "result_hex" in payload else None
 

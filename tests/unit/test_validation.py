@@ -46,3 +46,29 @@ def test_delay_and_run_at():
 def test_bad_fields_name_the_field(spec, field):
     with pytest.raises(InvalidArgument, match=field.replace(".", r"\.")):
         job_spec(spec, "job", S, NOW)
+
+
+def test_headers_are_kept_as_sorted_json():
+    spec = pb.JobSpec(type="t", headers={"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01", "b": "x"})
+    job = job_spec(spec, "job", S, NOW)
+    assert job.headers == '{"b":"x","traceparent":"00-' + "a" * 32 + "-" + "b" * 16 + '-01"}'
+    assert job_spec(pb.JobSpec(type="t"), "job", S, NOW).headers is None
+
+
+@pytest.mark.parametrize(
+    "headers, message",
+    [
+        ({f"h{i}": "v" for i in range(17)}, "jobs[3].headers: 17 headers is over the limit of 16"),
+        ({"": "v"}, "jobs[3].headers: '' is not a header name"),
+        ({"has space": "v"}, "jobs[3].headers: 'has space' is not a header name"),
+        ({"-lead": "v"}, "is not a header name"),
+        ({"k" * 65: "v"}, "is not a header name"),
+        ({"big": "v" * 1025}, "jobs[3].headers['big']: 1025 characters is over the limit of 1024"),
+        ({"ctl": "a\nb"}, "jobs[3].headers['ctl']: must not contain control characters"),
+        ({f"h{i}": "v" * 1000 for i in range(5)}, "jobs[3].headers: 5010 bytes is over the limit of 4096"),
+    ],
+)
+def test_bad_headers_name_the_field(headers, message):
+    with pytest.raises(InvalidArgument) as err:
+        job_spec(pb.JobSpec(type="t", headers=headers), "jobs[3]", S, NOW)
+    assert message in str(err.value)

@@ -8,6 +8,7 @@ Output: per triple 4 entries: ACK.SUCCEEDED (or ACK.STALE: the token does not ho
   The writes are made once for the batch.
 ]]
 --- @include "record"
+--- @include "flow"
 local out = {}
 local done, acked, records, results, seen = {}, {}, {}, {}, {}
 local ids = {}
@@ -31,6 +32,7 @@ for n, id in ipairs(ids) do
 end
 if #done > 0 then
   set_states(KEYS[4], acked, STATE.LEASED, STATE.SUCCEEDED)
+  flow_release(flow_tag(KEYS[1], ':jobs'), acked)
   for n, id in ipairs(done) do
     records[#records + 1] = id; records[#records + 1] = cmsgpack.pack(acked[n])
   end

@@ -10,6 +10,7 @@ Notes older than an hour go; no push waits that long (one that fails leaves the 
 reconciler, which reads the row).
 ]]
 --- @include "record"
+--- @include "flow"
 local id = ARGV[1]
 local rec = load_job(KEYS[1], id)
 if not rec then
@@ -21,6 +22,9 @@ end
 if rec.s == STATE.DELAYED or rec.s == STATE.READY then
   redis.call('ZREM', KEYS[3], id)
   redis.call('ZREM', KEYS[4], id)
+  if rec.g then  -- its key's ready set; an emptied key leaves the round at the next lease
+    redis.call('ZREM', kr_key(flow_tag(KEYS[1], ':jobs'), rec.p, rec.t, rec.g), id)
+  end
   redis.call('HDEL', KEYS[2], id)
   set_state(KEYS[5], rec, STATE.CANCELLED)
   save_job(KEYS[1], id, rec)

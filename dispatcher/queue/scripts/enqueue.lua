@@ -1,8 +1,10 @@
 --[[ Add new jobs to a shard.
 Input:
   KEYS[1] meta, KEYS[2] jobs, KEYS[3] payloads, KEYS[4] delayed, KEYS[5] counts, KEYS[6] seq,
-  KEYS[7] types, KEYS[8] cancelled-unqueued, KEYS[8 + g] the ready set of group g
-  ARGV[1] epoch, ARGV[2] now (ms), ARGV[3] number of groups G, then per group: type, class;
+  KEYS[7] types, KEYS[8] cancelled-unqueued, KEYS[8 + g] the ready set of group g (its key's, for a
+  group with a concurrency key)
+  ARGV[1] epoch, ARGV[2] now (ms), ARGV[3] number of groups G, then per group: type, class,
+  concurrency key ('' for none);
   then per job: id, packed record (its state already 'ready' when run_at <= now, else 'delayed'),
   payload, group (1-based), run_at (ms)
 Output:
@@ -14,10 +16,11 @@ The writes are gathered and made once per batch (one HSET of all records, one ZA
 count per group and state), which is most of the cost of a large batch.
 ]]
 --- @include "record"
+--- @include "flow"
 if not owns(KEYS[1], ARGV[1]) then return FENCE.NOT_OWNER end
 local now = tonumber(ARGV[2])
 local ngroups = tonumber(ARGV[3])
-local first = 4 + 2 * ngroups
+local first = 4 + 3 * ngroups
 local out = {}
 local records, payloads, delayed = {}, {}, {}
 local ready = {}  -- group, id, group, id, ... in arrival order
@@ -70,9 +73,16 @@ for j = 1, #ready, 2 do
   scored[g] = scored[g] or {}
   scored[g][#scored[g] + 1] = seq; scored[g][#scored[g] + 1] = ready[j + 1]
 end
-for g, args in pairs(scored) do batched('ZADD', KEYS[8 + g], args) end
+for g, args in pairs(scored) do
+  local key = ARGV[3 + 3 * g]
+  if key == '' then
+    batched('ZADD', KEYS[8 + g], args)
+  else
+    flow_add_ready(flow_tag(KEYS[1], ':meta'), ARGV[1 + 3 * g], ARGV[2 + 3 * g], key, args)
+  end
+end
 for g, n in pairs(added) do
-  local job_type, class = ARGV[2 + 2 * g], ARGV[3 + 2 * g]
+  local job_type, class = ARGV[1 + 3 * g], ARGV[2 + 3 * g]
   redis.call('SADD', KEYS[7], job_type)
   add_counts(KEYS[5], job_type, class, STATE.READY, n.ready)
   add_counts(KEYS[5], job_type, class, STATE.DELAYED, n.delayed)

@@ -8,6 +8,7 @@ Output:
   otherwise {promoted count, next due score or -1}
 ]]
 --- @include "record"
+--- @include "flow"
 if not owns(KEYS[1], ARGV[1]) then return FENCE.NOT_OWNER end
 local now = tonumber(ARGV[2])
 local promoted = 0
@@ -20,7 +21,11 @@ for i = 3, #ARGV, 2 do
     if rec and rec.s == STATE.DELAYED and tonumber(ARGV[i + 1]) > 0 then
       set_state(KEYS[4], rec, STATE.READY)
       save_job(KEYS[2], id, rec)
-      redis.call('ZADD', KEYS[5 + tonumber(ARGV[i + 1])], redis.call('INCR', KEYS[5]), id)
+      if rec.g then  -- into its key's set: the ready set named is its type's
+        flow_add_ready(flow_tag(KEYS[1], ':meta'), rec.t, rec.p, rec.g, {redis.call('INCR', KEYS[5]), id})
+      else
+        redis.call('ZADD', KEYS[5 + tonumber(ARGV[i + 1])], redis.call('INCR', KEYS[5]), id)
+      end
       promoted = promoted + 1
     end
   end

@@ -12,6 +12,7 @@ Output:
 ]]
 --- @include "record"
 --- @include "retry_or_dead"
+--- @include "flow"
 if not owns(KEYS[1], ARGV[1]) then return FENCE.NOT_OWNER end
 local now = tonumber(ARGV[2])
 local policy = {base = tonumber(ARGV[4]), cap = tonumber(ARGV[5]), jitter = tonumber(ARGV[6]),
@@ -27,6 +28,7 @@ for n, id in ipairs(ids) do
   local rec = load_job(KEYS[2], id)
   if rec and rec.s == STATE.LEASED then
     rec.x = (rec.x or 0) + 1
+    flow_release(flow_tag(KEYS[1], ':meta'), {rec})
     local u = (rand + n * 0.6180339887) % 1
     local state, run_at = retry_or_dead(rec, wall_now, policy, REASON.LEASE_EXPIRED, -1, u)
     rec.k = nil

@@ -9,6 +9,8 @@ Output: per triple 2 entries: outcome (RETURN.STALE: the token does not hold the
         again, RETURN.CANCELLED), attempts
 ]]
 --- @include "record"
+--- @include "flow"
+local tag = flow_tag(KEYS[1], ':jobs')
 local out = {}
 for i = 1, #ARGV, 3 do
   local id, token = ARGV[i], ARGV[i + 1]
@@ -19,12 +21,17 @@ for i = 1, #ARGV, 3 do
     rec.o = nil
     rec.d = nil
     rec.a = rec.a - 1
+    flow_release(tag, {rec})
     if rec.c then
       set_state(KEYS[4], rec, STATE.CANCELLED)
       redis.call('HDEL', KEYS[2], id)
     else
       set_state(KEYS[4], rec, STATE.READY)
-      redis.call('ZADD', KEYS[5 + tonumber(ARGV[i + 2])], redis.call('INCR', KEYS[5]), id)
+      if rec.g then
+        flow_add_ready(tag, rec.t, rec.p, rec.g, {redis.call('INCR', KEYS[5]), id})
+      else
+        redis.call('ZADD', KEYS[5 + tonumber(ARGV[i + 2])], redis.call('INCR', KEYS[5]), id)
+      end
     end
     save_job(KEYS[1], id, rec)
     out[#out + 1] = rec.c and RETURN.CANCELLED or RETURN.READY

@@ -59,13 +59,82 @@ app.kubernetes.io/component: worker
 {{- printf "%s:%v" (include "shardq.fullname" .) .Values.service.grpcPort }}
 {{- end }}
 
-{{/* Secret names, failing the render with a clear message when they are missing. */}}
+{{/* Secret names, failing the render with a clear message when they are missing. The development
+profile uses the Secret it generates (dev-secret.yaml) instead. */}}
 {{- define "shardq.redisSecret" -}}
-{{- required "redis.existingSecret is required: the name of a Secret in this namespace whose key redis.secretKey holds SHARDQ_REDIS_URL (redis://, redis+cluster://host:port,...)" .Values.redis.existingSecret }}
+{{- if .Values.dev.enabled }}
+{{- include "shardq.devSecret" . }}
+{{- else }}
+{{- required "redis.existingSecret is required: the name of a Secret in this namespace whose key redis.secretKey holds SHARDQ_REDIS_URL (redis://, redis+cluster://host:port,...); or try the development profile: -f values-dev.yaml" .Values.redis.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{- define "shardq.redisSecretKey" -}}
+{{- if .Values.dev.enabled }}redis-url{{ else }}{{ .Values.redis.secretKey }}{{ end }}
 {{- end }}
 
 {{- define "shardq.databaseSecret" -}}
-{{- required "database.existingSecret is required: the name of a Secret in this namespace whose key database.secretKey holds SHARDQ_DB_URL (postgresql://...?sslmode=require)" .Values.database.existingSecret }}
+{{- if .Values.dev.enabled }}
+{{- include "shardq.devSecret" . }}
+{{- else }}
+{{- required "database.existingSecret is required: the name of a Secret in this namespace whose key database.secretKey holds SHARDQ_DB_URL (postgresql://...?sslmode=require); or try the development profile: -f values-dev.yaml" .Values.database.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{- define "shardq.databaseSecretKey" -}}
+{{- if .Values.dev.enabled }}db-url{{ else }}{{ .Values.database.secretKey }}{{ end }}
+{{- end }}
+
+{{/* The development profile's objects. */}}
+{{- define "shardq.devSecret" -}}
+{{- printf "%s-dev-credentials" (include "shardq.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "shardq.devRedis" -}}
+{{- printf "%s-redis" (include "shardq.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "shardq.devPostgresql" -}}
+{{- printf "%s-postgresql" (include "shardq.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "shardq.demoWorker" -}}
+{{- printf "%s-demo-worker" (include "shardq.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The development profile refuses what it cannot honour, before anything is rendered. */}}
+{{- define "shardq.devChecks" -}}
+{{- if .Values.dev.enabled }}
+{{- if or .Values.redis.existingSecret .Values.database.existingSecret }}
+{{- fail "dev.enabled runs Redis and PostgreSQL in the release: leave redis.existingSecret and database.existingSecret empty (set them without the development profile to use your own)" }}
+{{- end }}
+{{- if or .Values.tls.enabled .Values.auth.enabled }}
+{{- fail "dev.enabled is for trying shardq: it does not combine with tls.enabled or auth.enabled (use the production values)" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* A single-pod dependency's pod security: non-root as the image's own user. */}}
+{{- define "shardq.devPodSecurity" -}}
+runAsNonRoot: true
+runAsUser: {{ .uid }}
+runAsGroup: {{ .uid }}
+fsGroup: {{ .uid }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "shardq.devContainerSecurity" -}}
+runAsNonRoot: true
+runAsUser: {{ .uid }}
+runAsGroup: {{ .uid }}
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
 {{- end }}
 
 {{/* The name checked in the dispatchers' certificate. */}}

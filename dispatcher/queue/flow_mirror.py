@@ -1,0 +1,169 @@
+"""The mirror of the queue settings (the DB's ``queue_settings``) in Redis, where the lease script
+reads them: ``ShardKeys(shard).flow``, a hash of job type -> ``QueueSettings.pack()``.
+
+Every process keeps the hashes of the shards it owns equal to the DB:
+
+- before a shard it acquires serves any lease (Ownership calls ``before_serving`` between taking the
+  shard in Redis and leasing from it): after Redis lost its data the shard comes back with its
+  settings, so a paused queue never runs for want of its mirror;
+- on every pass, about once a second: the settings are read from the DB again and every owned
+  shard's hash is compared and mended, so a change made through another process arrives, and a
+  FLUSHALL of a shard still owned heals, within a pass;
+- at once after a change this process made (``changed``): it writes the type's hash whichever
+  process owns the shard, so a pause holds at the next lease round. The owner's next pass rewrites
+  the same value; one that read the DB just before the change may put the old value back until the
+  pass after (a second at most).
+
+A type whose settings changed has its shard's waiting workers look again (``notify_shard``): a
+resumed queue or a raised limit leases at once instead of at the next wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import structlog
+
+from shardmap import shard_for
+from shardq_common.errors import StoreUnavailable
+
+from ..ops.redis_errors import REDIS_ERRORS
+from ..ops.redis_faults import note_redis_error
+from ..store import Store
+from .flow import QueueSettings
+from .keys import ShardKeys
+
+log = structlog.get_logger("shardq.flow_mirror")
+PASS_INTERVAL_S = 1.0
+
+
+class FlowMirror:
+    def __init__(
+        self,
+        store: Store,
+        redis: Any,
+        shard_count: int,
+        owned: Callable[[], Iterable[int]],
+        notify_shard: Callable[[int], None],
+        interval_s: float = PASS_INTERVAL_S,
+    ) -> None:
+        self.store = store
+        self.redis = redis
+        self.shard_count = shard_count
+        self.owned = owned  # the shards this process serves now
+        self.notify_shard = notify_shard  # (shard): its waiting workers look again
+        self.interval_s = interval_s
+        #: job type -> its settings, as last read from the DB (types with the defaults are absent)
+        self.settings: dict[str, QueueSettings] = {}
+        self.loaded = False
+        self._lock = asyncio.Lock()  # one load-and-write at a time, so an older read never lands last
+        self.healthy = True
+
+    # -- reading ----------------------------------------------------------------------
+
+    def of(self, job_type: str) -> QueueSettings:
+        """The type's settings as last loaded (the defaults when it has none)."""
+        return self.settings.get(job_type) or QueueSettings(job_type)
+
+    def shard_of(self, job_type: str) -> int:
+        return shard_for(job_type, self.shard_count)
+
+    async def load(self) -> dict[str, QueueSettings]:
+        """Read every type's settings from the DB; returns the types whose settings changed."""
+        fresh: dict[str, QueueSettings] = {}
+        for row in await self.store.list_queue_settings():
+            try:
+                settings = QueueSettings.from_json(row.job_type, row.settings)
+            except Exception as exc:  # written by this code through validation: a hand-edited row
+                log.error("unreadable queue settings ignored", type=row.job_type, error=str(exc))
+                continue
+            if not settings.is_default:
+                fresh[row.job_type] = settings
+        changed = {
+            t: fresh.get(t) or QueueSettings(t)
+            for t in set(fresh) | set(self.settings)
+            if fresh.get(t) != self.settings.get(t)
+        }
+        self.settings = fresh
+        self.loaded = True
+        return changed
+
+    # -- writing ----------------------------------------------------------------------
+
+    def _wanted(self, shard: int) -> dict[str, bytes]:
+        return {t: s.pack() for t, s in self.settings.items() if self.shard_of(t) == shard}
+
+    async def write_shards(self, shards: Iterable[int]) -> int:
+        """Make the shards' hashes equal to the settings loaded; returns how many fields changed."""
+        shards = list(shards)
+        if not shards:
+            return 0
+        redis = self.redis
+        async with redis.pipeline(transaction=False) as pipe:
+            for shard in shards:
+                pipe.hgetall(ShardKeys(shard).flow)
+            current = await pipe.execute()
+        fixes = 0
+        async with redis.pipeline(transaction=False) as pipe:
+            for shard, have in zip(shards, current, strict=True):
+                have = {_s(k): bytes(v) for k, v in have.items()}
+                want = self._wanted(shard)
+                key = ShardKeys(shard).flow
+                stale = {t: v for t, v in want.items() if have.get(t) != v}
+                gone = [t for t in have if t not in want]
+                if stale:
+                    pipe.hset(key, mapping=stale)
+                if gone:
+                    pipe.hdel(key, *gone)
+                fixes += len(stale) + len(gone)
+            if fixes:
+                await pipe.execute()
+        return fixes
+
+    async def before_serving(self, shard: int) -> None:
+        """Ownership's hook: the shard's settings are in Redis before it leases anything. Raises when
+        they cannot be written (the shard is then not served; it is tried again later)."""
+        async with self._lock:
+            if not self.loaded:
+                await self.load()
+            await self.write_shards([shard])
+
+    async def refresh(self, *, also: Iterable[int] = ()) -> None:
+        """One pass: reload from the DB, mend the owned shards' hashes (and those in ``also``), and
+        wake the workers of the types that changed."""
+        async with self._lock:
+            changed = await self.load()
+            owned = set(self.owned())
+            fixes = await self.write_shards(sorted(owned | set(also)))
+        if fixes and changed:
+            log.info("queue settings mirrored", types=sorted(changed), fields_written=fixes)
+        elif fixes:  # nothing changed in the DB, yet Redis differed: it lost the hash (FLUSHALL)
+            log.warning("queue settings were missing in redis; written again", fields_written=fixes)
+        for shard in {self.shard_of(t) for t in changed} & owned:
+            self.notify_shard(shard)
+
+    async def changed(self, job_type: str) -> None:
+        """This process changed the type's settings in the DB: mirror them now."""
+        await self.refresh(also=[self.shard_of(job_type)])
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.refresh()
+                if not self.healthy:
+                    log.info("queue settings mirror resumed")
+                self.healthy = True
+            except StoreUnavailable as exc:
+                if self.healthy:
+                    log.warning("queue settings not read; redis keeps the last ones", error=str(exc))
+                self.healthy = False
+            except REDIS_ERRORS as exc:
+                note_redis_error("flow-mirror", exc)
+                self.healthy = False
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
