@@ -52,6 +52,13 @@ _NO_FUNCTION = "42883"
 
 
 def _values(spec: pb.JobSpec) -> list[Any]:
+    # Fields the RPC takes and version 1 of the SQL functions does not: refused, never dropped.
+    for name in ("concurrency_key", "headers"):
+        if getattr(spec, name):
+            raise ValueError(
+                f"{name}: shardq_enqueue_v1 takes none "
+                "(enqueue such jobs with Client, outside the transaction)"
+            )
     return [
         spec.type,
         bytes(spec.payload),

@@ -20,3 +20,13 @@ def test_a_connection_of_no_known_kind_is_refused_before_anything_is_sent() -> N
 
     with pytest.raises(TypeError, match="not a database connection shardq can use"):
         enqueue_in_transaction(object(), "noop")
+
+
+def test_fields_the_sql_functions_do_not_take_are_refused_not_dropped() -> None:
+    import pytest
+
+    from worker_sdk import enqueue_many_in_transaction
+
+    for field, value in (("concurrency_key", "tenant-a"), ("headers", {"tenant": "acme"})):
+        with pytest.raises(ValueError, match=f"^{field}: shardq_enqueue_v1 takes none"):
+            enqueue_many_in_transaction(object(), [{"type": "noop", field: value}])
