@@ -30,6 +30,7 @@ from .queue.reconcile_loop import ReconcileLoop
 from .queue.reconciler import Reconciler
 from .queue.sessions import RESULTS_GRACE_S, SessionContext, SessionRegistry
 from .queue.shard_loops import ShardLoops
+from .queue.sql_enqueues import SqlEnqueues
 from .queue.status_writer import StatusWriter
 from .queue.transition_sink import TransitionSink
 from .queue.working_set import WorkingSet
@@ -129,6 +130,9 @@ class Dispatcher:
             self.hand_off.hand_off,
             max_request_bytes=settings.max_request_bytes,
         )
+        self.sql_enqueues = SqlEnqueues(
+            store, self.ownership, self.writer, self.ingest, settings.sql_enqueue_sweep_s
+        )
         self.scheduler = Scheduler(settings, store, self.ownership, self.ingest, self.canceller)
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -150,6 +154,14 @@ class Dispatcher:
         if applied:
             log.info("database migrated", applied=applied)
         await self.store.ensure_shard_count(self.settings.shard_count)
+        await self.store.record_enqueue_settings(
+            {
+                "max_payload_bytes": self.settings.max_payload_bytes,
+                "max_attempts": self.settings.max_attempts,
+                "lease_ttl_ms": self.settings.lease_ttl_ms,
+                "max_batch": self.settings.max_batch,
+            }
+        )
         await self._check_redis_shard_count()
         await self._declare_schedules()
         await self._declare_queues()
@@ -162,6 +174,7 @@ class Dispatcher:
         self._tasks.append(asyncio.create_task(self.reconciles.run(), name="reconcile"))
         self._tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
         self._tasks.append(asyncio.create_task(self.flow_mirror.run(), name="flow-mirror"))
+        self._tasks.append(asyncio.create_task(self.sql_enqueues.run(), name="sql-enqueues"))
         log.info(
             "dispatcher started",
             id=self.dispatcher_id,
@@ -178,7 +191,7 @@ class Dispatcher:
         # Their last results are read until each worker half-closes; they reach the status writer,
         # which commits them below.
         await self.sessions.all_closed(RESULTS_GRACE_S + 1)
-        await _cancel_all([*self._tasks, *self.reconciles.tasks()])
+        await _cancel_all([*self._tasks, *self.reconciles.tasks(), *self.sql_enqueues.tasks()])
         self._tasks.clear()
         await self.ingest.commit.stop()
         await self.ingest.settle(QUEUE_BEHIND_GRACE_S)  # what is left, the shards' next owners reconcile
@@ -225,6 +238,7 @@ class Dispatcher:
         """Run the shard's loops, restore it from the DB, and have its workers look at it."""
         self.loops.start(shard)
         self.reconciles.soon(shard, after_loss=redis_lost_it)
+        self.sql_enqueues.soon(shard)
         self.sessions.notify_shard(shard)
 
     async def _on_lost(self, shard: int) -> None:

@@ -134,6 +134,10 @@ class Settings:
     flush_interval_ms: int = 10
     #: SHARDQ_RECONCILE_INTERVAL_S: full DB-vs-Redis sweep period (also run at start and on data loss).
     reconcile_interval_s: float = 300.0
+    #: SHARDQ_SQL_ENQUEUE_SWEEP_S: how often the jobs producers enqueued in their own PostgreSQL
+    #: transactions are looked for without a notification (one missed while the LISTEN connection
+    #: was down). Notified jobs are pushed at their commit.
+    sql_enqueue_sweep_s: float = 1.0
     #: SHARDQ_LEASE_BATCH: most leases sent to one worker in one message.
     lease_batch: int = 256
     #: SHARDQ_LEASE_AHEAD_MS: a delayed job is made ready and leased this long before its run_at; the
@@ -207,6 +211,8 @@ class Settings:
             raise ConfigError("ownership TTL must be at least 1000 ms")
         if not 1 <= self.processes <= 256:
             raise ConfigError("processes must be in 1..256")
+        if not 0.05 <= self.sql_enqueue_sweep_s <= 3600:
+            raise ConfigError("the SQL enqueue sweep must be every 0.05..3600 s")
         if self.reconnect_grace_ms < 0 or self.flush_interval_ms < 0:
             raise ConfigError("durations cannot be negative")
         if not 0 <= self.lease_ahead_ms <= MAX_LEASE_AHEAD_MS:

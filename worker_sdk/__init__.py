@@ -1,4 +1,5 @@
-"""shardq worker SDK: ``serve(handlers)`` runs handlers for jobs; ``Client`` enqueues them."""
+"""shardq worker SDK: ``serve(handlers)`` runs handlers for jobs; ``Client`` enqueues them, and
+``enqueue_in_transaction`` enqueues inside the application's own PostgreSQL transaction."""
 
 from __future__ import annotations
 
@@ -26,6 +27,12 @@ from ._errors import (
 )
 from ._queues import QueueInfo, QueueSettings, RateLimit
 from ._schedules import Schedule, ScheduleInfo
+from ._transactional import (
+    enqueue_in_transaction,
+    enqueue_in_transaction_async,
+    enqueue_many_in_transaction,
+    enqueue_many_in_transaction_async,
+)
 from ._worker import Handler, Worker, serve
 
 __all__ = [
@@ -55,5 +62,9 @@ __all__ = [
     "UnavailableError",
     "VersionInfo",
     "Worker",
+    "enqueue_in_transaction",
+    "enqueue_in_transaction_async",
+    "enqueue_many_in_transaction",
+    "enqueue_many_in_transaction_async",
     "serve",
 ]

@@ -189,6 +189,12 @@ class Reconciler:
                 put_back.append(r)
         if not put_back:
             return Restored()
+        if self.store.supports_sql_enqueue:
+            # Jobs a producer's transaction enqueued (migration 0008) that no owner has pushed yet (it
+            # was down at their commit, say) are expected to be missing: noted, not reported as lost.
+            awaiting = await self.store.awaiting_push([r.id for r in put_back])
+            if awaiting:
+                await self.working_set.note_unpushed(shard, sorted(awaiting), now)
         jobs = [NewJob(r.id, record_from_row(r, now), r.payload) for r in put_back]
         return await self.working_set.restore(shard, epoch, "restore", jobs)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from importlib import resources
@@ -251,6 +251,17 @@ class Store(ScheduleQueries, QueueSettingsQueries, abc.ABC):
             )
         return recorded
 
+    async def record_enqueue_settings(self, settings: dict[str, int]) -> None:
+        """Record the limits and defaults an enqueue applies (max_payload_bytes, max_attempts,
+        lease_ttl_ms, max_batch), for the SQL enqueue functions (migration 0008), which read them
+        from cluster_meta. Each dispatcher writes its own at its start: the last one started wins."""
+        async with self.transaction() as tx:
+            await tx.executemany(
+                "INSERT INTO cluster_meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [(key, str(value)) for key, value in sorted(settings.items())],
+            )
+
     async def next_epochs(self, shards: Iterable[int], owner: str) -> dict[int, int]:
         out = {}
         async with self.transaction() as tx:
@@ -396,6 +407,34 @@ class Store(ScheduleQueries, QueueSettingsQueries, abc.ABC):
             if not rows:
                 rows = await tx.execute("SELECT status FROM jobs WHERE id = ?", (job_id,))
         return str(rows[0][0]) if rows else None
+
+    # -- jobs enqueued by SQL (migration 0008, PostgreSQL only) ------------------------------
+
+    #: whether producers can enqueue in their own transactions (the SQL functions of migration 0008)
+    supports_sql_enqueue = False
+
+    async def listen_enqueued(
+        self, on_shard: Callable[[int], None], on_listening: Callable[[], None]
+    ) -> None:
+        """Call ``on_shard(shard)`` as transactions that enqueued jobs of the shard by SQL commit, and
+        ``on_listening()`` once listening (commits before it were not heard). Returns or raises
+        StoreUnavailable when the connection is lost. Stores without SQL enqueue have nothing to hear."""
+        raise NotImplementedError("this store has no SQL enqueue")
+
+    async def shards_to_push(self) -> list[int]:
+        """The shards of the jobs enqueued by SQL that no dispatcher has pushed to Redis yet."""
+        return []
+
+    async def ids_to_push(self, shard: int, limit: int) -> list[str]:
+        """Up to ``limit`` of the shard's jobs enqueued by SQL and not pushed yet, oldest first."""
+        return []
+
+    async def forget_to_push(self, ids: Sequence[str]) -> None:
+        """These jobs enqueued by SQL are pushed (or in the reconciler's hands): drop their notes."""
+
+    async def awaiting_push(self, ids: Sequence[str]) -> set[str]:
+        """Those of these jobs that were enqueued by SQL and are not pushed yet."""
+        return set()
 
     async def write_position(self) -> int:
         """A position in the DB's log at or after every commit made so far (see durable_position)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -34,6 +34,9 @@ _UPDATE_MANY = (
     "WHERE jobs.id = v.id AND jobs.status NOT IN ('succeeded', 'cancelled', 'dead')"
 )
 
+
+# What shardq_enqueue_rows (migration 0008) notifies, with the shard as payload, when its jobs commit.
+ENQUEUED_CHANNEL = "shardq_enqueued"
 
 # Binary COPY is the fastest way in, for the server and for the client's CPU; it cannot skip
 # conflicts, so batches with idempotency keys take the INSERT.
@@ -72,7 +75,12 @@ class _PgTx(Tx):
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         async with self.conn.cursor() as cur:
-            await cur.execute(_pg(sql), tuple(params))
+            if params:
+                await cur.execute(_pg(sql), tuple(params))
+            else:
+                # Taken as it is: a statement without parameters has no placeholders to translate, and
+                # a migration's function body has its own % and ? (RAISE formats, jsonb operators).
+                await cur.execute(sql.encode())
             return list(await cur.fetchall()) if cur.description else []
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
@@ -158,6 +166,55 @@ class PostgresStore(Store):
         ]
         async with self.transaction(durable=False) as tx:
             await tx.execute(_UPDATE_MANY, [wall_ms(), *columns])
+
+    supports_sql_enqueue = True
+
+    async def listen_enqueued(
+        self, on_shard: Callable[[int], None], on_listening: Callable[[], None]
+    ) -> None:
+        # A connection of its own, outside the pool: LISTEN holds it for as long as it lives.
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        try:
+            async with conn:
+                await conn.execute(f"LISTEN {ENQUEUED_CHANNEL}")
+                on_listening()
+                async for note in conn.notifies():
+                    if note.payload.isdigit():
+                        on_shard(int(note.payload))
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"listening for SQL enqueues: {exc}") from exc
+
+    async def shards_to_push(self) -> list[int]:
+        async with self.transaction() as tx:
+            # A loose index scan: one probe of jobs_to_push_shard per shard that has jobs in it.
+            rows = await tx.execute(
+                "WITH RECURSIVE s AS ("
+                "(SELECT shard FROM jobs_to_push ORDER BY shard LIMIT 1) UNION ALL "
+                "SELECT (SELECT shard FROM jobs_to_push WHERE shard > s.shard ORDER BY shard LIMIT 1) "
+                "FROM s WHERE s.shard IS NOT NULL) SELECT shard FROM s WHERE shard IS NOT NULL"
+            )
+        return [int(r[0]) for r in rows]
+
+    async def ids_to_push(self, shard: int, limit: int) -> list[str]:
+        async with self.transaction() as tx:
+            rows = await tx.execute(
+                "SELECT id FROM jobs_to_push WHERE shard = ? ORDER BY id LIMIT ?", (shard, limit)
+            )
+        return [r[0] for r in rows]
+
+    async def forget_to_push(self, ids: Sequence[str]) -> None:
+        # Not durable: a note lost in a crash makes its job pushed again, and the push skips a job
+        # Redis holds (and the reader a job whose row has finished).
+        async with self.transaction(durable=False) as tx:
+            await tx.execute("DELETE FROM jobs_to_push WHERE id = ANY(?)", (list(ids),))
+
+    async def awaiting_push(self, ids: Sequence[str]) -> set[str]:
+        async with self.transaction() as tx:
+            rows = await tx.execute("SELECT id FROM jobs_to_push WHERE id = ANY(?)", (list(ids),))
+        return {r[0] for r in rows}
 
     async def write_position(self) -> int:
         return await self._lsn("pg_current_wal_insert_lsn()")
