@@ -224,6 +224,8 @@ def test_dispatcherctl_queue_commands(dispatcher):
     assert ctl(target, "queue", "pause", "mail.send", "--priority", "low").returncode == 0
     listed = ctl(target, "queue", "list")
     assert listed.returncode == 0 and "mail.send" in listed.stdout and "low" in listed.stdout
+    stats = ctl(target, "stats")  # the types with settings are shown with the queues
+    assert stats.returncode == 0 and "paused: low" in stats.stdout, stats.stdout
     assert ctl(target, "queue", "resume", "mail.send").returncode == 0
     assert ctl(target, "queue", "limit", "mail.send", "--concurrency", "0").returncode == 0
 
