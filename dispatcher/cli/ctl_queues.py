@@ -8,7 +8,7 @@ from typing import Any
 
 from worker_sdk import Client, QueueInfo, RateLimit
 
-from ..queue.flow_file import parse_rate
+from ..queue.rates import parse_rate
 from .tables import table
 
 CLASSES = ("high", "default", "low")

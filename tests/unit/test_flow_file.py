@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from dispatcher.queue.flow import ALL_CLASSES, QueueSettings, Rate
-from dispatcher.queue.flow_file import check, load, parse_rate
+from dispatcher.queue.flow_file import check, load
+from dispatcher.queue.rates import parse_rate
 from dispatcher.queue.states import Priority
 from shardq_common.errors import ConfigError
 
