@@ -130,8 +130,17 @@ def cmd_stats(client: Client, args: argparse.Namespace) -> Any:
             ["schedule", "type", "materialized", "skipped", "next"],
             [(s.name, s.job_type, s.materialized, s.skipped, _time(s.next_occurrence_ms)) for s in schedules],
         )
+    try:  # flow control is the admin's too
+        limited = [q for q in client.list_queues() if q.updated_at_ms]
+    except ShardqError as exc:
+        if exc.code is not grpc.StatusCode.PERMISSION_DENIED:
+            raise
+        limited = []
+    if limited:
+        text += "\n\n" + ctl_queues.flow_table(limited)
     data = {
         "queues": [asdict(q) for q in stats],
+        "flow_control": [ctl_queues.info_json(q) for q in limited],
         "schedules": [
             {"name": s.name, "type": s.job_type, "materialized": s.materialized, "skipped": s.skipped}
             for s in schedules

@@ -8,7 +8,7 @@ from typing import Any
 
 from worker_sdk import Client, QueueInfo, RateLimit
 
-from ..queue.flow_file import parse_rate
+from ..queue.rates import parse_rate
 from .tables import table
 
 CLASSES = ("high", "default", "low")
@@ -32,7 +32,7 @@ def _paused_text(info: QueueInfo) -> str:
     return f"paused: {','.join(info.settings.paused)}" if info.settings.paused else "running"
 
 
-def _json(info: QueueInfo) -> dict[str, Any]:
+def info_json(info: QueueInfo) -> dict[str, Any]:
     data = asdict(info)
     data["settings"]["paused"] = list(info.settings.paused)
     data["paused"] = info.paused
@@ -59,8 +59,9 @@ def _rows(info: QueueInfo) -> list[tuple[str, Any]]:
     ]
 
 
-def cmd_list(client: Client, args: argparse.Namespace) -> Any:
-    queues = client.list_queues()
+def flow_table(queues: list[QueueInfo]) -> str:
+    """Per type: its state, limits and live figures (``queue list``, and ``stats`` for the types
+    with settings)."""
     rows = [
         (
             q.job_type,
@@ -74,24 +75,29 @@ def cmd_list(client: Client, args: argparse.Namespace) -> Any:
         for q in queues
     ]
     headers = ["type", "state", "ready", "running", "per_key", "keys_at_limit", "rate"]
-    return [_json(q) for q in queues], table(headers, rows) if rows else "no queues"
+    return table(headers, rows)
+
+
+def cmd_list(client: Client, args: argparse.Namespace) -> Any:
+    queues = client.list_queues()
+    return [info_json(q) for q in queues], flow_table(queues) if queues else "no queues"
 
 
 def cmd_show(client: Client, args: argparse.Namespace) -> Any:
     info = client.get_queue(args.type)
-    return _json(info), table(["field", "value"], _rows(info))
+    return info_json(info), table(["field", "value"], _rows(info))
 
 
 def cmd_pause(client: Client, args: argparse.Namespace) -> Any:
     info = client.pause_queue(args.type, args.priority)
     what = f"{args.type} ({args.priority})" if args.priority else args.type
-    return _json(info), f"{what} paused: nothing more starts; running jobs finish"
+    return info_json(info), f"{what} paused: nothing more starts; running jobs finish"
 
 
 def cmd_resume(client: Client, args: argparse.Namespace) -> Any:
     info = client.resume_queue(args.type, args.priority)
     what = f"{args.type} ({args.priority})" if args.priority else args.type
-    return _json(info), f"{what} resumed ({_paused_text(info)})"
+    return info_json(info), f"{what} resumed ({_paused_text(info)})"
 
 
 def _pairs(values: list[str] | None, option: str) -> dict[str, int]:
@@ -152,7 +158,7 @@ def cmd_limit(client: Client, args: argparse.Namespace) -> Any:
             "nothing to change: give a limit (see dispatcherctl queue limit --help) or --clear"
         )
     info = client.set_queue_settings(args.type, **changes)
-    return _json(info), f"{args.type} limits saved\n" + table(["field", "value"], _rows(info))
+    return info_json(info), f"{args.type} limits saved\n" + table(["field", "value"], _rows(info))
 
 
 def add_commands(sub: Any) -> None:

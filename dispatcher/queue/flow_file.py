@@ -17,7 +17,6 @@ restart unless the file says ``paused``):
 
 from __future__ import annotations
 
-import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -25,10 +24,10 @@ from typing import Any
 from shardq_common.errors import ConfigError, InvalidArgument
 
 from .flow import ALL_CLASSES, QueueSettings, Rate
+from .rates import parse_rate
 from .states import Priority
 from .validation import job_type as check_job_type
 
-_PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _KEYS = {
     "paused",
     "concurrency",
@@ -40,25 +39,6 @@ _KEYS = {
     "key_rate",
     "key_burst",
 }
-
-
-def parse_rate(text: str) -> float | None:
-    """'100/s', '30/m', '2/h' or a bare number (per second) -> per second; '' or 'none' -> None.
-    ValueError says what is wrong."""
-    text = text.strip().lower()
-    if text in ("", "none", "0"):
-        return None
-    count, slash, unit = text.partition("/")
-    unit = unit.strip() or "s"
-    if unit not in _PER:
-        raise ValueError(f"{text!r} is not a rate: write N/s, N/m or N/h")
-    try:
-        n = float(count)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a rate: write N/s, N/m or N/h") from None
-    if not math.isfinite(n) or n <= 0:
-        raise ValueError(f"{text!r} is not a rate: N must be a positive number")
-    return n / _PER[unit]
 
 
 def load(path: str) -> dict[str, tuple[QueueSettings, list[str]]]:

@@ -28,6 +28,7 @@ import structlog
 
 from shardmap import shard_for
 from shardq_common.errors import StoreUnavailable
+from shardq_common.wakeup import cancelling
 
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
@@ -162,6 +163,11 @@ class FlowMirror:
                 self.healthy = False
             except REDIS_ERRORS as exc:
                 note_redis_error("flow-mirror", exc)
+                self.healthy = False
+            except Exception:  # a bug: keep mirroring, say so loudly
+                if cancelling():
+                    raise
+                log.exception("queue settings mirror pass failed")
                 self.healthy = False
 
 

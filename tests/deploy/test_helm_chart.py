@@ -36,6 +36,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from dispatcher.cluster.state_metrics import QueueCollector
 from dispatcher.config import Settings
 from dispatcher.ops import metrics
+from dispatcher.queue import flow_file
 from dispatcher.schedules import file as schedules_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -641,6 +642,23 @@ def test_schedules_render_a_mounted_file_the_dispatcher_accepts(helm: Helm, tmp_
     assert "shardq-schedules" not in {m["metadata"]["name"] for m in by_kind(none, "ConfigMap")}
 
 
+def test_queues_render_a_mounted_file_the_dispatcher_accepts(helm: Helm, tmp_path: Path) -> None:
+    toml = '[queues."email.send"]\nconcurrency = 50\nkey_concurrency = 2\nrate = "100/s"\nburst = 20\n'
+    text, docs = helm.render(_merge(MINIMAL, {"queues": toml}))
+    assert yamllint_errors(text) == []
+    assert validate_all(docs) == set()
+    maps = {m["metadata"]["name"]: m for m in by_kind(docs, "ConfigMap")}
+    assert maps["shardq"]["data"]["SHARDQ_QUEUES_FILE"] == "/etc/shardq/queues/queues.toml"
+    c = container(one(docs, "Deployment", "dispatcher"), "dispatcher")
+    assert {m["mountPath"]: m["name"] for m in c["volumeMounts"]}["/etc/shardq/queues"] == "queues"
+    path = tmp_path / "queues.toml"
+    path.write_text(maps["shardq-queues"]["data"]["queues.toml"])
+    flow_file.check(str(path))  # what the chart renders is a file the dispatcher accepts
+    assert flow_file.load(str(path))["email.send"][0].concurrency == 50
+    _, none = helm.render(MINIMAL)
+    assert "shardq-queues" not in {m["metadata"]["name"] for m in by_kind(none, "ConfigMap")}
+
+
 def test_auth_without_tls_keeps_the_grpc_port_probes(helm: Helm) -> None:
     _, docs = helm.render(_merge(MINIMAL, {"auth": {"enabled": True, "existingSecret": "a"}}))
     c = container(one(docs, "Deployment", "dispatcher"), "dispatcher")
@@ -786,6 +804,10 @@ CLUSTER_GAUGES = {
     "shardq_shard_epoch",
     "shardq_dispatchers_alive",
     "shardq_shards_without_owner",
+    "shardq_queue_running",
+    "shardq_queue_concurrency_limit",
+    "shardq_queue_keys_at_limit",
+    "shardq_queue_paused",
 }
 
 

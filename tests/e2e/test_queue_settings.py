@@ -224,6 +224,8 @@ def test_dispatcherctl_queue_commands(dispatcher):
     assert ctl(target, "queue", "pause", "mail.send", "--priority", "low").returncode == 0
     listed = ctl(target, "queue", "list")
     assert listed.returncode == 0 and "mail.send" in listed.stdout and "low" in listed.stdout
+    stats = ctl(target, "stats")  # the types with settings are shown with the queues
+    assert stats.returncode == 0 and "paused: low" in stats.stdout, stats.stdout
     assert ctl(target, "queue", "resume", "mail.send").returncode == 0
     assert ctl(target, "queue", "limit", "mail.send", "--concurrency", "0").returncode == 0
 
@@ -318,3 +320,29 @@ def test_metrics_show_pauses_limits_and_running_jobs(start_dispatcher, redis_url
 
     wait_until(shown, timeout=10)
     assert metric_total(port, "shardq_queue_paused", type="sleepy", priority="high") == 0
+
+
+def test_concurrency_keys_are_kept_through_enqueue_hand_off_and_get_job(start_dispatcher, redis_url, db_url):
+    """Jobs alike but for their key get records of their own; a hand-off to the owner keeps them."""
+    from dispatcher.queue.records import JobRecord
+
+    first = start_dispatcher(redis_url, db_url)
+    second = start_dispatcher(redis_url, db_url)
+    with Client(first.target) as client:
+        wait_until(lambda: len({s.owner for s in client.shard_map().shards}) == 2, timeout=30)
+        ids = []
+        for target in (first.target, second.target):  # one of them hands the jobs to the owner
+            with Client(target) as through:
+                ids += through.enqueue_many(
+                    [{"type": "noop.keyed", "payload": {}, "concurrency_key": k} for k in ("a", "b", "")]
+                )
+                ids.append(through.enqueue("noop.keyed", {}, concurrency_key="tenant/ü 1"))
+        wanted = ["a", "b", "", "tenant/ü 1"] * 2
+        assert [client.get_job(j).concurrency_key for j in ids] == wanted
+        r = redis.Redis.from_url(redis_url)
+        try:
+            jobs = ShardKeys(shard_for("noop.keyed", SHARDS)).jobs
+            wait_until(lambda: all(r.hexists(jobs, j) for j in ids), timeout=10)
+            assert [JobRecord.unpack(r.hget(jobs, j)).concurrency_key for j in ids] == wanted  # type: ignore[arg-type]
+        finally:
+            r.close()
