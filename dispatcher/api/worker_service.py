@@ -244,6 +244,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     session.log.info("stale ack rejected", job=job_id, token=token)
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
+                job_type = job_type or t.job_type  # a reclaimed lease's type is known to Redis alone
                 self.writer.record(shard, transition_update(t, now, result=result))
                 acked.append((t, job_type))
                 session.log.debug("job acked", job=job_id, type=job_type, shard=shard, attempt=t.attempts)
@@ -284,6 +285,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 if t is None:
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
+                job_type = job_type or t.job_type
                 self.writer.record(shard, transition_update(t, now, error=error or "error"))
                 self.transitions.after(t)
                 self.transitions.finished([(t, job_type)], "nack")

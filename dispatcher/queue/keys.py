@@ -107,9 +107,15 @@ class ShardKeys:
 
     @property
     def gate(self) -> str:
-        """Hash: job type -> when its next lease may go (ms, GCRA's theoretical arrival time): the
-        type's rate limit, or a handler's RateLimited hold."""
+        """Sorted set: job type scored by its rate limit's theoretical arrival time (GCRA, steady ms);
+        one not past it leases no sooner than that minus the burst's tolerance. Past it: dropped."""
         return f"{self.tag}:gate"
+
+    @property
+    def hold(self) -> str:
+        """Sorted set: job type scored by the end of a RateLimited hold of its jobs without a key
+        (steady ms): it leases none of them before. Past it: dropped."""
+        return f"{self.tag}:hold"
 
     def eligible_keys(self, job_type: str, priority: Priority | int) -> str:
         """Sorted set: the concurrency keys of one type and class with ready jobs that may lease now,
@@ -144,8 +150,12 @@ class ShardKeys:
         return f"{self.tag}:krun:{job_type}"
 
     def key_gate(self, job_type: str) -> str:
-        """Hash: concurrency key -> when its next lease may go (ms), as ``gate`` for the type."""
+        """Sorted set: concurrency key scored by its rate's theoretical arrival time, as ``gate``."""
         return f"{self.tag}:kgate:{job_type}"
+
+    def key_hold(self, job_type: str) -> str:
+        """Sorted set: concurrency key scored by the end of a RateLimited hold, as ``hold``."""
+        return f"{self.tag}:khold:{job_type}"
 
 
 CLUSTER_KEY = f"{PREFIX}:cluster"  # hash: shard_count

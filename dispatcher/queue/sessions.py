@@ -260,7 +260,7 @@ class WorkerSession:
             return 0, picks
         self._lease_backoff = LEASE_BACKOFF_S
         grants, unfilled = leased.grants, leased.unfilled
-        if leased.held_back:
+        if leased.held_back or leased.wake_at_ms >= 0:
             self._held_back(shard, leased)
         if not grants:
             return 0, unfilled
@@ -313,9 +313,10 @@ class WorkerSession:
         self._gate_timers[shard] = (leased.wake_at_ms, timer)
 
     def _gate_opened(self, shard: int) -> None:
+        """Every worker of these types looks again, not only this one: this one may have no credit."""
         self._gate_timers.pop(shard, None)
-        self.registry.hints.forget(shard, self.types_by_shard.get(shard, ()))
-        self.wake.set()
+        types = self.types_by_shard.get(shard, ())
+        self.registry.notify_ready(shard, [(t, int(c)) for t in types for c in Priority])
 
     def _send_leases(self, grants: list[Grant]) -> None:
         """Send the leases of due jobs at the end of the lease round, and each of the others at its

@@ -171,8 +171,8 @@ _RETURNED_AS = {ReturnCode.READY: JobState.READY, ReturnCode.CANCELLED: JobState
 # Entries per job in the flat replies of these scripts (see each script's header).
 _PEEK_ENTRIES = 3
 _LEASE_ENTRIES = 14
-_ACK_ENTRIES = 4
-_RETRY_ENTRIES = 7
+_ACK_ENTRIES = 5
+_RETRY_ENTRIES = 8
 _REAP_ENTRIES = 7
 _RETURN_ENTRIES = 2
 _FINISHED_ENTRIES = 3
@@ -388,10 +388,19 @@ class WorkingSet:
         out: list[Transition | None] = []
         for n, (job_id, _) in enumerate(refs):
             i = n * _ACK_ENTRIES
-            code, attempts, failures, expirations = (int(x) for x in r[i : i + _ACK_ENTRIES])
+            code, attempts, failures, expirations, job_type = r[i : i + _ACK_ENTRIES]
             out.append(
-                Transition(job_id, shard, JobState.SUCCEEDED, now, attempts, failures, expirations)
-                if code == AckCode.SUCCEEDED
+                Transition(
+                    job_id,
+                    shard,
+                    JobState.SUCCEEDED,
+                    now,
+                    int(attempts),
+                    int(failures),
+                    int(expirations),
+                    job_type=_s(job_type),
+                )
+                if int(code) == AckCode.SUCCEEDED
                 else None
             )
         return out
@@ -430,7 +439,9 @@ class WorkingSet:
         out: list[Transition | None] = []
         for i, n in enumerate(nacks):
             j = i * _RETRY_ENTRIES
-            outcome, run_at, attempts, failures, expirations, reason, rate_limited = r[j : j + _RETRY_ENTRIES]
+            outcome, run_at, attempts, failures, expirations, reason, rate_limited, job_type = r[
+                j : j + _RETRY_ENTRIES
+            ]
             if int(outcome) == RetryCode.STALE:
                 out.append(None)
                 continue
@@ -444,6 +455,7 @@ class WorkingSet:
                     int(failures),
                     int(expirations),
                     _s(reason),
+                    job_type=_s(job_type),
                     rate_limited=int(rate_limited),
                 )
             )

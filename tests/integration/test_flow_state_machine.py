@@ -140,9 +140,10 @@ class FlowStateMachine(RuleBasedStateMachine):
         s = self.settings[job_type]
         if s.rate or s.key_rate:
             return True
-        gate = self.run(self.redis.hget(self.k.gate, job_type))
-        key_gates = self.run(self.redis.hvals(self.k.key_gate(job_type)))
-        return any(float(g) > self.now for g in ([gate] if gate else []) + key_gates)
+        times = [self.run(self.redis.zscore(key, job_type)) for key in (self.k.gate, self.k.hold)]
+        for key in (self.k.key_gate(job_type), self.k.key_hold(job_type)):
+            times += [score for _, score in self.run(self.redis.zrange(key, 0, -1, withscores=True))]
+        return any(t is not None and t > self.now for t in times)
 
     def leasable(self, recs: dict[str, JobRecord], job_types: list[str], classes: set[int]) -> bool:
         """Some ready job of these types and classes may be leased now by the settings' rules."""
@@ -382,3 +383,98 @@ class FlowStateMachine(RuleBasedStateMachine):
 
 def test_flow_state_machine(redis_port: int) -> None:
     run_state_machine_as_test(lambda: FlowStateMachine(redis_port), settings=MACHINE_SETTINGS)
+
+
+# -- pinned defects (found in review; each failed before its fix) ------------------------------------
+
+
+_pinned_serial = iter(range(1, 1_000_000))
+
+
+def _job(job_type: str, prio: int, key: str = "") -> NewJob:
+    record = JobRecord(job_type, Priority(prio), READY, T0, T0, 3, 60_000, concurrency_key=key)
+    return NewJob(f"pin-{next(_pinned_serial):05d}", record, b"p")
+
+
+def _pinned(redis_port: int, scenario: Any) -> Any:
+    async def run() -> Any:
+        client = aredis.Redis(host="127.0.0.1", port=redis_port)
+        try:
+            await client.flushall()
+            ws = WorkingSet(client)
+            await ws.acquire(SHARD, 1, "owner", T0, T0 + 10**9)
+            return await scenario(client, ws, ShardKeys(SHARD))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
+def test_a_key_weighed_in_one_class_is_weighed_again_after_a_lease_in_another(redis_port: int) -> None:
+    """A key's candidate cached for class 0 (another type's job was older) must not be leased after
+    the same call leased the key in class 1 up to its limit of 1."""
+
+    async def scenario(client: Any, ws: WorkingSet, k: ShardKeys) -> dict[bytes, bytes]:
+        await client.hset(k.flow, "alpha", QueueSettings("alpha", key_concurrency=1).pack())
+        await ws.enqueue(SHARD, 1, T0, [_job("beta", 0)])
+        await ws.enqueue(SHARD, 1, T0, [_job("alpha", 0, "k1")])
+        await ws.enqueue(SHARD, 1, T0, [_job("alpha", 1, "k1")])
+        await ws.lease(SHARD, 1, T0, ["alpha", "beta"], [0, 1, 0], fallback=False, holder="w")
+        return await client.hgetall(k.key_running("alpha"))
+
+    assert _pinned(redis_port, scenario) == {b"k1": b"1"}
+
+
+def test_a_changed_rate_holds_from_the_next_lease(redis_port: int) -> None:
+    """A type leased under 0.001/s, then raised to 1000/s burst 3, then no rate at all: each change
+    holds at once, not after the old rate's next token (1,000 s away). The raised rate starts with
+    an empty bucket (one lease now, the next a millisecond later)."""
+
+    async def scenario(client: Any, ws: WorkingSet, k: ShardKeys) -> list[int]:
+        await client.hset(k.flow, "alpha", QueueSettings("alpha", rate=Rate(0.001, 1)).pack())
+        await ws.enqueue(SHARD, 1, T0, [_job("alpha", 1) for _ in range(9)])
+        leased = [len((await ws.lease(SHARD, 1, T0, ["alpha"], [1], holder="w")).grants)]
+        await client.hset(k.flow, "alpha", QueueSettings("alpha", rate=Rate(1000.0, 3)).pack())
+        leased.append(len((await ws.lease(SHARD, 1, T0 + 5000, ["alpha"], [1] * 5, holder="w")).grants))
+        await client.hdel(k.flow, "alpha")
+        leased.append(len((await ws.lease(SHARD, 1, T0 + 5000, ["alpha"], [1] * 5, holder="w")).grants))
+        return leased
+
+    assert _pinned(redis_port, scenario) == [1, 1, 5]
+
+
+def test_a_returned_lease_keeps_its_place_in_its_keys_order(redis_port: int) -> None:
+    """An ordering key (limit 1): j1 leased, its lease returned unsent, then j1 runs first still."""
+
+    async def scenario(client: Any, ws: WorkingSet, k: ShardKeys) -> list[str]:
+        await client.hset(k.flow, "alpha", QueueSettings("alpha", key_concurrency=1).pack())
+        jobs = [_job("alpha", 1, "order-7") for _ in range(3)]
+        await ws.enqueue(SHARD, 1, T0, jobs)
+        (first,) = (await ws.lease(SHARD, 1, T0, ["alpha"], [1], holder="w")).grants
+        await ws.return_leases(SHARD, [(first.id, first.token, "alpha", Priority(1))])
+        order = []
+        for _ in jobs:
+            (grant,) = (await ws.lease(SHARD, 1, T0, ["alpha"], [1], holder="w")).grants
+            order.append(grant.id)
+            await ws.ack(SHARD, T0, [(grant.id, grant.token)])
+        return order == [j.id for j in jobs] or order
+
+    assert _pinned(redis_port, scenario) is True
+
+
+def test_gates_of_keys_are_forgotten_once_past(redis_port: int) -> None:
+    """10,000 one-job keys under a per-key rate: once their gates are past, a lease drops them (the
+    gates would otherwise grow with every key ever seen)."""
+
+    async def scenario(client: Any, ws: WorkingSet, k: ShardKeys) -> tuple[int, int]:
+        await client.hset(k.flow, "alpha", QueueSettings("alpha", key_rate=Rate(1.0, 1)).pack())
+        await ws.enqueue(SHARD, 1, T0, [_job("alpha", 1, f"key-{i}") for i in range(10_000)])
+        leased = 0
+        while leased < 10_000:
+            leased += len((await ws.lease(SHARD, 1, T0, ["alpha"], [1] * 64, holder="w")).grants)
+        during = await client.zcard(k.key_gate("alpha"))
+        await ws.enqueue(SHARD, 1, T0 + 2000, [_job("alpha", 1, "late")])
+        await ws.lease(SHARD, 1, T0 + 2000, ["alpha"], [1], holder="w")
+        return during, await client.zcard(k.key_gate("alpha"))
+
+    assert _pinned(redis_port, scenario) == (10_000, 1)

@@ -86,23 +86,31 @@ end
 if ntypes > 0 then
   local settings = redis.call('HMGET', tag .. ':flow', unpack(types))
   local keyed = redis.call('HMGET', tag .. ':keyed', unpack(types))
-  local gates = redis.call('HMGET', tag .. ':gate', unpack(types))
+  local gates = redis.call('ZMSCORE', tag .. ':gate', unpack(types))
+  local holds = redis.call('ZMSCORE', tag .. ':hold', unpack(types))
+  local gated = false
   for j = 1, ntypes do
-    if settings[j] or keyed[j] or gates[j] then
+    gated = gated or gates[j] or holds[j]
+    if settings[j] or keyed[j] or gates[j] or holds[j] then
       local cfg = settings[j] and cmsgpack.unpack(settings[j]) or {}
       local interval, tolerance = gcra(cfg.r, cfg.b)
       local key_interval, key_tolerance = gcra(cfg.kr, cfg.kb)
       flow[j] = {
         cfg = cfg, raw = settings[j] or '', keyed = keyed[j] ~= false,
-        tat = tonumber(gates[j] or 0), tat_read = tonumber(gates[j] or 0),
+        tat = gate_time(tonumber(gates[j] or 0), interval, tolerance, now), tat_read = tonumber(gates[j] or 0),
+        hold = tonumber(holds[j] or 0),
         interval = interval, tolerance = tolerance, key_interval = key_interval, key_tolerance = key_tolerance,
         -- which per-key checks apply: a concurrency limit for some key, a gate (rate or hold)
         key_limited = (cfg.kn or 0) > 0 or cfg.ko ~= nil, key_gated = cfg.kr ~= nil or keyed[j] == KEYED.KEY_GATES,
         allow = nil,  -- leases left under the type's concurrency limit, read when first needed
-        running = {}, key_tat = {}, key_tat_dirty = {},  -- per key, read a page of keys at a time
+        running = {}, key_tat = {}, key_hold = {}, key_tat_dirty = {},  -- per key, read a page at a time
         cand = {}, prepared = {}, turn = {}, page = {}, moves = {},  -- per class
       }
     end
+  end
+  if gated then  -- a gate past its time is no gate: forgotten, so they stay as few as the gated types
+    redis.call('ZREMRANGEBYSCORE', tag .. ':gate', '-inf', now)
+    redis.call('ZREMRANGEBYSCORE', tag .. ':hold', '-inf', now)
   end
 end
 
@@ -127,9 +135,10 @@ local function type_open(j, class)
       return false
     end
   end
-  if f.tat - f.tolerance > now then
+  local at = math.max(f.interval > 0 and f.tat - f.tolerance or 0, f.hold)
+  if at > now then
     hold_back(j, 'rate')
-    wake(f.tat - f.tolerance)
+    wake(at)
     return false
   end
   return true
@@ -150,13 +159,11 @@ local function key_running(f, j, key)
   return n
 end
 
-local function key_tat(f, j, key)
-  local tat = f.key_tat[key]
-  if tat == nil then
-    tat = tonumber(redis.call('HGET', kgate_key(tag, types[j]), key) or 0)
-    f.key_tat[key] = tat
-  end
-  return tat
+-- When the key may lease next by its rate and its hold (steady ms; both read with the page, a stored
+-- rate's time as the current rate sees it).
+local function key_open_at(f, key)
+  local by_rate = f.key_interval > 0 and (f.key_tat[key] or 0) - f.key_tolerance or 0
+  return math.max(by_rate, f.key_hold[key] or 0)
 end
 
 local function key_limit(cfg, key)
@@ -191,6 +198,14 @@ local function prepare(f, j, class)
       end
     end
     redis.call('HSET', tag .. ':kcfg', seen_field, f.raw)
+    -- and keys waiting for a rate that may have changed: weighed again
+    local rated = redis.call('ZRANGE', waiting, 0, -1)
+    for _, key in ipairs(rated) do join(key) end
+    redis.call('DEL', waiting)
+  end
+  if f.key_gated then  -- gates and holds past their time are no gates: forgotten
+    redis.call('ZREMRANGEBYSCORE', kgate_key(tag, job_type), '-inf', now)
+    redis.call('ZREMRANGEBYSCORE', khold_key(tag, job_type), '-inf', now)
   end
   local due = redis.call('ZRANGEBYSCORE', waiting, '-inf', now)
   for _, key in ipairs(due) do join(key) end
@@ -228,18 +243,26 @@ local function round_page(f, j, class)
   local items = redis.call('ZRANGE', kq_key(tag, class, types[j]), 0, page - 1, 'WITHSCORES')
   ps = {items = items, pos = 1}
   f.page[class] = ps
-  local function prefetch(known, hash)
+  local function prefetch(known, source, command, as_read)
     local unknown = {}
     for i = 1, #items, 2 do
       if items[i] ~= '' and known[items[i]] == nil then unknown[#unknown + 1] = items[i] end
     end
     if #unknown > 0 then
-      local values = redis.call('HMGET', hash, unpack(unknown))
-      for n, key in ipairs(unknown) do known[key] = tonumber(values[n] or 0) end
+      local values = redis.call(command or 'HMGET', source, unpack(unknown))
+      for n, key in ipairs(unknown) do
+        known[key] = tonumber(values[n] or 0)
+        if as_read then known[key] = as_read(known[key]) end
+      end
     end
   end
   if f.key_limited then prefetch(f.running, krun_key(tag, types[j])) end
-  if f.key_gated then prefetch(f.key_tat, kgate_key(tag, types[j])) end
+  if f.key_gated then
+    prefetch(f.key_tat, kgate_key(tag, types[j]), 'ZMSCORE', function(tat)
+      return gate_time(tat, f.key_interval, f.key_tolerance, now)
+    end)
+    prefetch(f.key_hold, khold_key(tag, types[j]), 'ZMSCORE')
+  end
   return ps
 end
 
@@ -271,7 +294,7 @@ local function keyed_candidate(j, class)
         redis.call('HSET', blocked, key, bit.bor(classes, 2 ^ class))
         hold_back(j, 'key_concurrency')
       elseif f.key_gated then
-        local at = key_tat(f, j, key) - f.key_tolerance
+        local at = key_open_at(f, key)
         if at > now then
           open = false
           redis.call('ZADD', kw_key(tag, class, job_type), at, key)
@@ -309,10 +332,14 @@ local function take_keyed(j, class, cand)
   if key ~= '' then
     if f.key_limited then f.running[key] = key_running(f, j, key) + 1 end
     if f.key_interval > 0 then
-      f.key_tat[key] = math.max(key_tat(f, j, key), now) + f.key_interval
+      f.key_tat[key] = math.max(f.key_tat[key] or 0, now) + f.key_interval
       f.key_tat_dirty[key] = true
     end
     weight = (f.cfg.kw and f.cfg.kw[key]) or 1
+    -- The key's candidates in the other classes were weighed before this lease: weigh them again.
+    for c = 0, 2 do
+      if c ~= class and f.cand[c] and f.cand[c].key == key then f.cand[c] = nil end
+    end
   end
   local h = heads[cand.set]
   if h.done and h.pos > #h.items then
@@ -357,22 +384,24 @@ local function take_oldest(class)
   take(best_cand and best_cand.set or ready_key(class, best_j), best_id)
   if flow[best_j] then type_take(best_j) end
   if best_cand then take_keyed(best_j, class, best_cand) end
-  return best_id, class
+  return best_id, class, best_score
 end
 
 local fallback = ARGV[5] == '1'
 local chosen = {}  -- id, class, id, class, ...
+local ready_scores = {}  -- per chosen id, its score in its ready set
 local unfilled = {}
 for p = 1, #picks do
-  local id, class = take_oldest(tonumber(string.sub(picks, p, p)))
+  local id, class, score = take_oldest(tonumber(string.sub(picks, p, p)))
   if not id and fallback then
     for c = 0, 2 do
-      id, class = take_oldest(c)
+      id, class, score = take_oldest(c)
       if id then break end
     end
   end
   if id then
     chosen[#chosen + 1] = id; chosen[#chosen + 1] = class
+    ready_scores[#ready_scores + 1] = score
   else
     unfilled[#unfilled + 1] = string.sub(picks, p, p)
     if fallback or (empty[0] and empty[1] and empty[2]) then
@@ -414,6 +443,7 @@ if #chosen > 0 then
       grants[#grants + 1] = rec
       leased[#leased + 1] = rec.d; leased[#leased + 1] = id
       if rec.g then
+        rec.q = ready_scores[n]  -- a lease returned unsent goes back to its place in its key's order
         keyed[rec.t] = keyed[rec.t] or {}
         keyed[rec.t][rec.g] = (keyed[rec.t][rec.g] or 0) + 1
       end
@@ -444,8 +474,10 @@ if #chosen > 0 then
 end
 for j, f in pairs(flow) do
   for class in pairs(f.moves) do flush_moves(f, j, class) end
-  if f.tat ~= f.tat_read then redis.call('HSET', tag .. ':gate', types[j], f.tat) end
-  for key in pairs(f.key_tat_dirty) do redis.call('HSET', kgate_key(tag, types[j]), key, f.key_tat[key]) end
+  if f.tat ~= f.tat_read and f.tat > now then redis.call('ZADD', tag .. ':gate', f.tat, types[j]) end
+  local key_tats = {}
+  for key in pairs(f.key_tat_dirty) do key_tats[#key_tats + 1] = f.key_tat[key]; key_tats[#key_tats + 1] = key end
+  if #key_tats > 0 then batched('ZADD', kgate_key(tag, types[j]), key_tats) end
   for class, turn in pairs(f.turn) do redis.call('HSET', tag .. ':kvt', class .. ':' .. types[j], turn) end
 end
 out[#out + 1] = table.concat(unfilled)

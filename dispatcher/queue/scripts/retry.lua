@@ -6,9 +6,9 @@ Input:
   then per nack 6 entries: id, token, final reason ('' = retryable, or not_retryable / no_handler),
        delay override (ms, -1 = backoff), rand in [0, 1), rate limited ('' no, 'limited': the handler
        raised RateLimited, 'hold': and its key, or type without one, waits as long)
-Output: per nack 7 entries: outcome (RETRY.STALE: the token does not hold the lease, RETRY.DELAYED,
+Output: per nack 8 entries: outcome (RETRY.STALE: the token does not hold the lease, RETRY.DELAYED,
         RETRY.DEAD or RETRY.CANCELLED), run_at, attempts, failures, expirations, dead reason, times
-        rate limited
+        rate limited, type ('' when stale)
 A rate-limited job goes back after its delay with the attempt not charged: neither a failure nor an
 attempt, counted apart (rec.w).
 ]]
@@ -62,10 +62,10 @@ for i = 7, #ARGV, 6 do
     save_job(KEYS[1], id, rec)
     local n = #out
     out[n + 1] = OUTCOME[state]; out[n + 2] = run_at; out[n + 3] = rec.a; out[n + 4] = rec.f or 0
-    out[n + 5] = rec.x or 0; out[n + 6] = dead_reason; out[n + 7] = rec.w or 0
+    out[n + 5] = rec.x or 0; out[n + 6] = dead_reason; out[n + 7] = rec.w or 0; out[n + 8] = rec.t
   else
     local n = #out
-    out[n + 1] = RETRY.STALE; out[n + 2] = 0; out[n + 3] = 0; out[n + 4] = 0; out[n + 5] = 0; out[n + 6] = ''; out[n + 7] = 0
+    out[n + 1] = RETRY.STALE; out[n + 2] = 0; out[n + 3] = 0; out[n + 4] = 0; out[n + 5] = 0; out[n + 6] = ''; out[n + 7] = 0; out[n + 8] = ''
   end
 end
 return out

@@ -32,6 +32,10 @@ local function kgate_key(tag, job_type)
   return tag .. ':kgate:' .. job_type
 end
 
+local function khold_key(tag, job_type)
+  return tag .. ':khold:' .. job_type
+end
+
 -- The values of the shard's `keyed` hash: the type has had keyed jobs; and some of its keys have had
 -- a RateLimited hold (their gates are read even without a per-key rate).
 local KEYED = {KEYS = '1', KEY_GATES = '2'}
@@ -62,6 +66,12 @@ local function gcra(rate, burst)
     tolerance = (burst - 1) * interval
   end
   return interval, tolerance
+end
+
+-- A stored theoretical arrival time as the current rate sees it: one set under a slower rate (or a
+-- typo) is capped at an empty bucket of this rate, open now, so a change of rate holds at once.
+local function gate_time(tat, interval, tolerance, now)
+  return math.min(tat, now + tolerance)
 end
 
 -- Keyed jobs becoming ready, all of one type, class and key: into the key's ready set (scores as the
@@ -104,18 +114,16 @@ local function flow_release(tag, recs)
 end
 
 -- A handler's RateLimited hold: the record's key (its type without one) leases nothing before `until`
--- (steady ms), whatever its rate limit would allow; the limit's burst is spent.
+-- (steady ms), whatever its rate limit would allow. Holds are kept apart from the rates' gates, and
+-- one past its time is dropped by the next lease of the type.
 local function flow_hold(tag, rec, until_ms)
-  local raw = redis.call('HGET', tag .. ':flow', rec.t)
-  local cfg = raw and cmsgpack.unpack(raw) or {}
-  local gate, field, rate, burst
+  local holds, member
   if rec.g then
-    gate, field, rate, burst = kgate_key(tag, rec.t), rec.g, cfg.kr, cfg.kb
+    holds, member = khold_key(tag, rec.t), rec.g
     redis.call('HSET', tag .. ':keyed', rec.t, KEYED.KEY_GATES)
   else
-    gate, field, rate, burst = tag .. ':gate', rec.t, cfg.r, cfg.b
+    holds, member = tag .. ':hold', rec.t
   end
-  local _, tolerance = gcra(rate, burst)
-  local tat = tonumber(redis.call('HGET', gate, field) or 0)
-  if until_ms + tolerance > tat then redis.call('HSET', gate, field, until_ms + tolerance) end
+  local current = tonumber(redis.call('ZSCORE', holds, member) or 0)
+  if until_ms > current then redis.call('ZADD', holds, until_ms, member) end
 end
