@@ -130,7 +130,10 @@ def settings_request(
 
 
 def pause_request(job_type: str, priority: str | None) -> pb.PauseQueueRequest:
-    return pb.PauseQueueRequest(type=job_type, priority=pb.PRIORITY_UNSPECIFIED if priority is None else _class(priority))
+    every_class = priority is None  # PRIORITY_UNSPECIFIED: the request's every class
+    return pb.PauseQueueRequest(
+        type=job_type, priority=pb.PRIORITY_UNSPECIFIED if every_class else _class(priority or "")
+    )
 
 
 def _class(name: str) -> pb.Priority:

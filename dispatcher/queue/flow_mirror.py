@@ -59,7 +59,9 @@ class FlowMirror:
         #: job type -> its settings, as last read from the DB (types with the defaults are absent)
         self.settings: dict[str, QueueSettings] = {}
         self.loaded = False
-        self._lock = asyncio.Lock()  # one load-and-write at a time, so an older read never lands last
+        self._lock = asyncio.Lock()  # one write of the hashes at a time
+        self._reads = 0  # DB reads begun
+        self._applied = 0  # the read whose settings are loaded
         self.healthy = True
 
     # -- reading ----------------------------------------------------------------------
@@ -72,9 +74,14 @@ class FlowMirror:
         return shard_for(job_type, self.shard_count)
 
     async def load(self) -> dict[str, QueueSettings]:
-        """Read every type's settings from the DB; returns the types whose settings changed."""
+        """Read every type's settings from the DB; returns the types whose settings changed. The DB
+        is read outside the lock (a DB outage must not hold up a shard's acquisition, which writes
+        from the settings loaded last); a read that began before the one applied last is dropped."""
+        self._reads += 1
+        read = self._reads
+        rows = await self.store.list_queue_settings()
         fresh: dict[str, QueueSettings] = {}
-        for row in await self.store.list_queue_settings():
+        for row in rows:
             try:
                 settings = QueueSettings.from_json(row.job_type, row.settings)
             except Exception as exc:  # written by this code through validation: a hand-edited row
@@ -82,6 +89,9 @@ class FlowMirror:
                 continue
             if not settings.is_default:
                 fresh[row.job_type] = settings
+        if read < self._applied:
+            return {}
+        self._applied = read
         changed = {
             t: fresh.get(t) or QueueSettings(t)
             for t in set(fresh) | set(self.settings)
@@ -124,24 +134,34 @@ class FlowMirror:
         return fixes
 
     async def before_serving(self, shard: int) -> None:
-        """Ownership's hook: the shard's settings are in Redis before it leases anything. Raises when
-        they cannot be written (the shard is then not served; it is tried again later)."""
-        async with self._lock:
+        """Ownership's hook: the shard's settings are in Redis before it leases anything (those read
+        last, when the DB cannot be read now). Raises when they cannot be written (the shard is then
+        not served; it is acquired again later)."""
+        changed: dict[str, QueueSettings] = {}
+        try:  # fresh: a change made a moment ago through another process is not undone
+            changed = await self.load()
+        except StoreUnavailable:
             if not self.loaded:
-                await self.load()
-            await self.write_shards([shard])
+                raise
+        async with self._lock:
+            owned = set(self.owned())
+            await self.write_shards(sorted({shard} | {self.shard_of(t) for t in changed} & owned))
+        self._wake(changed, owned)
 
     async def refresh(self, *, also: Iterable[int] = ()) -> None:
         """One pass: reload from the DB, mend the owned shards' hashes (and those in ``also``), and
         wake the workers of the types that changed."""
+        changed = await self.load()
         async with self._lock:
-            changed = await self.load()
             owned = set(self.owned())
             fixes = await self.write_shards(sorted(owned | set(also)))
         if fixes and changed:
             log.info("queue settings mirrored", types=sorted(changed), fields_written=fixes)
         elif fixes:  # nothing changed in the DB, yet Redis differed: it lost the hash (FLUSHALL)
             log.warning("queue settings were missing in redis; written again", fields_written=fixes)
+        self._wake(changed, owned)
+
+    def _wake(self, changed: Iterable[str], owned: set[int]) -> None:
         for shard in {self.shard_of(t) for t in changed} & owned:
             self.notify_shard(shard)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from shardq_common.errors import InvalidArgument
+from shardq_common.errors import InvalidArgument, StoreUnavailable
 
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
@@ -85,6 +85,8 @@ class FlowSettings:
             except REDIS_ERRORS as exc:
                 # Committed: the owner's next pass mirrors it (within a second of Redis coming back).
                 note_redis_error("flow-mirror", exc, type=job_type)
+            except StoreUnavailable as exc:  # committed, but not read back: the next pass mirrors it
+                log.warning("queue settings saved, not mirrored yet", type=job_type, error=str(exc))
         return new, new != old
 
     async def get(self, job_type: str) -> tuple[QueueSettings, int]:
