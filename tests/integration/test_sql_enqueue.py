@@ -353,7 +353,7 @@ def test_a_producer_role_needs_execute_on_the_functions_and_nothing_on_the_table
                 "SELECT COUNT(*) FROM jobs",
                 "INSERT INTO jobs_to_push VALUES ('x', 0)",
                 "UPDATE cluster_meta SET value = '1'",
-                "SELECT shardq_enqueue_rows(false, ARRAY['a'], NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+                "SELECT shardq_enqueue_rows(false, ARRAY['a'], NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
             ):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
                     producer.execute(statement)
