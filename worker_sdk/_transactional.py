@@ -1,10 +1,14 @@
 """Enqueue inside the application's own PostgreSQL transaction: the job commits with the caller's
 rows or not at all.
 
-These helpers call the SQL functions the dispatcher's migrations create (shardq_enqueue_v1 and
-shardq_enqueue_many_v1, the versioned contract) on the connection the caller passes, inside its
+These helpers call the SQL functions the dispatcher's migrations create (shardq_enqueue_v2 and
+shardq_enqueue_many_v2, the versioned contract) on the connection the caller passes, inside its
 transaction: they never commit, roll back or open a connection. The dispatcher hears of the jobs
 when the transaction commits and queues them; a rollback leaves nothing behind.
+
+Tracing is the client's: with OpenTelemetry set up, each call makes the PRODUCER span
+``send <type>`` and puts its context in the jobs' headers (worker_sdk/_tracing.py), so the trace
+of the request that opened the transaction continues in the handler.
 
 The connection may be a psycopg 3 ``Connection``/``AsyncConnection`` (or a cursor of one), an
 SQLAlchemy ``Session``/``Connection`` (``AsyncSession``/``AsyncConnection`` for the async forms), or
@@ -20,6 +24,7 @@ together) raise ValueError before any SQL is sent, as Client.enqueue does.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +33,7 @@ import grpc
 
 from shardq_common.pb import shardq_pb2 as pb
 
+from . import _tracing
 from ._calls import specs
 from ._convert import PRIORITY_NAMES, job_spec
 from ._errors import InvalidArgumentError, ShardqError
@@ -41,9 +47,11 @@ _ARGS = (
     ("max_attempts", "integer"),
     ("lease_ttl_ms", "integer"),
     ("idempotency_key", "text"),
+    ("concurrency_key", "text"),
+    ("headers", "jsonb"),
 )
-_ONE = "shardq_enqueue_v1"
-_MANY = "shardq_enqueue_many_v1"
+_ONE = "shardq_enqueue_v2"
+_MANY = "shardq_enqueue_many_v2"
 # SQLSTATEs the functions raise: bad input (invalid_parameter_value), no dispatcher ever started on the
 # database (object_not_in_prerequisite_state), and the function missing (undefined_function).
 _BAD_INPUT = "22023"
@@ -52,13 +60,6 @@ _NO_FUNCTION = "42883"
 
 
 def _values(spec: pb.JobSpec) -> list[Any]:
-    # Fields the RPC takes and version 1 of the SQL functions does not: refused, never dropped.
-    for name in ("concurrency_key", "headers"):
-        if getattr(spec, name):
-            raise ValueError(
-                f"{name}: shardq_enqueue_v1 takes none "
-                "(enqueue such jobs with Client, outside the transaction)"
-            )
     return [
         spec.type,
         bytes(spec.payload),
@@ -68,11 +69,13 @@ def _values(spec: pb.JobSpec) -> list[Any]:
         spec.max_attempts if spec.HasField("max_attempts") else None,
         spec.lease_ttl_ms if spec.HasField("lease_ttl_ms") else None,
         spec.idempotency_key or None,
+        spec.concurrency_key or None,
+        json.dumps(dict(spec.headers)) if spec.headers else None,  # the function checks them
     ]
 
 
 def _columns(job_specs: Sequence[pb.JobSpec]) -> list[Any]:
-    """One array per argument of shardq_enqueue_many_v1; an optional one with no entry given is NULL."""
+    """One array per argument of shardq_enqueue_many_v2; an optional one with no entry given is NULL."""
     columns: list[Any] = [list(column) for column in zip(*(_values(s) for s in job_specs), strict=True)]
     if not columns:
         columns = [[] for _ in _ARGS]
@@ -131,8 +134,9 @@ def _translated(exc: BaseException) -> ShardqError | None:
             if state == _NO_FUNCTION and ("shardq_enqueue" in message):
                 return ShardqError(
                     grpc.StatusCode.FAILED_PRECONDITION,
-                    f"{message}: this database has no shardq enqueue functions (a dispatcher of this "
-                    "version applies them, migration 0008, when it starts on this PostgreSQL database)",
+                    f"{message}: this database has no shardq enqueue functions of this version (a "
+                    "dispatcher of this version or later creates them, migration 0010, when it starts on "
+                    "this PostgreSQL database)",
                 )
             return None
         seen = getattr(seen, "orig", None) or seen.__cause__
@@ -190,19 +194,14 @@ def _one(
     max_attempts: int | None,
     lease_ttl: float | timedelta | None,
     idempotency_key: str | None,
-) -> list[Any]:
-    return _values(
-        job_spec(
-            job_type,
-            payload,
-            priority=priority,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=max_attempts,
-            lease_ttl=lease_ttl,
-            idempotency_key=idempotency_key,
-        )  # fmt: skip
-    )
+    concurrency_key: str | None,
+    headers: Mapping[str, str] | None,
+) -> pb.JobSpec:
+    return job_spec(
+        job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
+        lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
+        headers=headers,
+    )  # fmt: skip
 
 
 def enqueue_in_transaction(
@@ -216,19 +215,31 @@ def enqueue_in_transaction(
     max_attempts: int | None = None,
     lease_ttl: float | timedelta | None = None,
     idempotency_key: str | None = None,
+    concurrency_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> str:
     """Enqueue one job in the transaction open on ``conn``; returns its id (the existing job's id when
     a job of the type holds the idempotency key). It runs once the transaction commits, never if it
-    rolls back. The arguments are Client.enqueue's."""
-    values = _one(job_type, payload, priority, run_at, delay, max_attempts, lease_ttl, idempotency_key)
-    return str(_run(conn, _ONE, values, array=False))
+    rolls back. The arguments are Client.enqueue's (the trace context joins the headers as there)."""
+    spec = _one(
+        job_type, payload, priority, run_at, delay, max_attempts, lease_ttl, idempotency_key,
+        concurrency_key, headers,
+    )  # fmt: skip
+    with _tracing.sending([spec]) as span:
+        job_id = str(_run(conn, _ONE, _values(spec), array=False))
+        _tracing.sent(span, [job_id])
+    return job_id
 
 
 def enqueue_many_in_transaction(conn: Any, jobs: Iterable[Mapping[str, Any] | pb.JobSpec]) -> list[str]:
     """Enqueue a batch in the transaction open on ``conn`` (each job a dict of enqueue's arguments with
     "type" and "payload" keys, as for Client.enqueue_many); returns the ids in order. At most the
     dispatcher's SHARDQ_MAX_BATCH jobs (10,000) per call; a transaction may make many calls."""
-    return [str(i) for i in _run(conn, _MANY, _columns(specs(jobs)), array=True)]
+    job_specs = specs(jobs)
+    with _tracing.sending(job_specs) as span:
+        job_ids = [str(i) for i in _run(conn, _MANY, _columns(job_specs), array=True)]
+        _tracing.sent(span, job_ids)
+    return job_ids
 
 
 async def enqueue_in_transaction_async(
@@ -242,10 +253,18 @@ async def enqueue_in_transaction_async(
     max_attempts: int | None = None,
     lease_ttl: float | timedelta | None = None,
     idempotency_key: str | None = None,
+    concurrency_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> str:
     """enqueue_in_transaction on a psycopg AsyncConnection or an SQLAlchemy AsyncSession/AsyncConnection."""
-    values = _one(job_type, payload, priority, run_at, delay, max_attempts, lease_ttl, idempotency_key)
-    return str(await _run_async(conn, _ONE, values, array=False))
+    spec = _one(
+        job_type, payload, priority, run_at, delay, max_attempts, lease_ttl, idempotency_key,
+        concurrency_key, headers,
+    )  # fmt: skip
+    with _tracing.sending([spec]) as span:
+        job_id = str(await _run_async(conn, _ONE, _values(spec), array=False))
+        _tracing.sent(span, [job_id])
+    return job_id
 
 
 async def enqueue_many_in_transaction_async(
@@ -253,4 +272,8 @@ async def enqueue_many_in_transaction_async(
 ) -> list[str]:
     """enqueue_many_in_transaction on a psycopg AsyncConnection or an SQLAlchemy
     AsyncSession/AsyncConnection."""
-    return [str(i) for i in await _run_async(conn, _MANY, _columns(specs(jobs)), array=True)]
+    job_specs = specs(jobs)
+    with _tracing.sending(job_specs) as span:
+        job_ids = [str(i) for i in await _run_async(conn, _MANY, _columns(job_specs), array=True)]
+        _tracing.sent(span, job_ids)
+    return job_ids

@@ -1,5 +1,7 @@
 """Jobs that producers enqueued in their own PostgreSQL transactions (shardq_enqueue_v1 and
-shardq_enqueue_many_v1, migration 0008), pushed to Redis by the owner of their shard.
+shardq_enqueue_many_v1, migration 0008; shardq_enqueue_v2 and shardq_enqueue_many_v2, migration 0010,
+which also take a concurrency key and headers), pushed to Redis by the owner of their shard. The
+push builds each record from the whole row (record_from_row), key and headers included.
 
 The functions insert the job rows, note each new job in jobs_to_push and notify the shard on the
 channel ``shardq_enqueued``; PostgreSQL delivers a notification only when its transaction commits,

@@ -35,7 +35,7 @@ _UPDATE_MANY = (
 )
 
 
-# What shardq_enqueue_rows (migration 0008) notifies, with the shard as payload, when its jobs commit.
+# What shardq_enqueue_rows (migrations 0008, 0010) notifies, with the shard as payload, when its jobs commit.
 ENQUEUED_CHANNEL = "shardq_enqueued"
 
 # Binary COPY is the fastest way in, for the server and for the client's CPU; it cannot skip

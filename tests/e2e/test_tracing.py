@@ -14,48 +14,23 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from tests.e2e.conftest import TEST_SETTINGS
 from tests.support.processes import DispatcherProcess
+from tests.support.tracing import captured_spans
 from tests.support.wait import wait_for
 from worker_sdk import AsyncClient, Client, InvalidArgumentError, JobContext, SkipRetry, serve
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
 
 
-class _WhileActive(SimpleSpanProcessor):
-    """Exports only while a test of this module runs: the provider is global and stays set for the
-    rest of the session, whose other tests should not fill the exporter."""
-
-    active = False
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if self.active:
-            super().on_end(span)
-
-
-@pytest.fixture(scope="session")
-def _tracing() -> tuple[_WhileActive, InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    processor = _WhileActive(exporter)
-    provider = TracerProvider()
-    provider.add_span_processor(processor)
-    trace.set_tracer_provider(provider)  # once a process: the API refuses to replace it
-    return processor, exporter
-
-
 @pytest.fixture
-def spans(_tracing: tuple[_WhileActive, InMemorySpanExporter]) -> Iterator[InMemorySpanExporter]:
-    processor, exporter = _tracing
-    exporter.clear()
-    processor.active = True
-    yield exporter
-    processor.active = False
-    exporter.clear()
+def spans() -> Iterator[InMemorySpanExporter]:
+    with captured_spans() as exporter:
+        yield exporter
 
 
 def _named(exporter: InMemorySpanExporter, prefix: str, job_id: str = "") -> list[ReadableSpan]:

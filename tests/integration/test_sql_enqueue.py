@@ -1,5 +1,6 @@
-"""The SQL enqueue functions of migration 0008 (shardq_enqueue_v1, shardq_enqueue_many_v1) against a
-real PostgreSQL: the rows are the dispatcher's (id format, shard, status, defaults), bad input gets
+"""The SQL enqueue functions of migrations 0008 and 0010 against a real PostgreSQL (shardq_enqueue_v1,
+shardq_enqueue_many_v1; shardq_enqueue_v2, shardq_enqueue_many_v2 with a concurrency key and headers):
+the rows are the dispatcher's (id format, shard, status, defaults), bad input gets
 the RPC's message for the same field and inserts nothing, idempotency keys hold, a notification is
 delivered at the commit and never for a rollback; the SDK's helpers on each kind of connection; and
 the reconciler, finding such a job not pushed yet, notes it rather than reporting it lost."""
@@ -7,6 +8,7 @@ the reconciler, finding such a job not pushed yet, notes it rather than reportin
 from __future__ import annotations
 
 import re
+import unicodedata
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -15,6 +17,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 import redis.asyncio as aredis
+from psycopg.types.json import Jsonb
 from structlog.testing import capture_logs
 
 from dispatcher.config import Settings
@@ -57,6 +60,16 @@ async def _prepared(db_url: str) -> Store:
         }
     )
     return store
+
+
+@pytest.fixture(autouse=True)
+def _untraced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helpers add a trace context to the headers once a tracer provider is set, which another
+    module of the session may do (once a process): here the rows and messages are compared with the
+    RPC's for the headers given. The trace context is tests/e2e/test_transactional_enqueue.py's."""
+    from worker_sdk import _tracing
+
+    monkeypatch.setattr(_tracing, "_provider_set", lambda: False)
 
 
 @pytest.fixture
@@ -334,7 +347,7 @@ async def test_the_reconciler_notes_a_job_not_pushed_yet_instead_of_reporting_it
 def test_a_producer_role_needs_execute_on_the_functions_and_nothing_on_the_tables(
     conn: psycopg.Connection[Any], db_url: str
 ) -> None:
-    """The grants docs/operations.md gives a producer: CONNECT, USAGE on the schema, EXECUTE on the two
+    """The grants docs/operations.md gives a producer: CONNECT, USAGE on the schema, EXECUTE on the
     versioned functions. The tables and the internal function stay out of its reach."""
     role = f"shardq_producer_{uuid.uuid4().hex[:8]}"
     database = db_url.rsplit("/", 1)[1]
@@ -343,23 +356,32 @@ def test_a_producer_role_needs_execute_on_the_functions_and_nothing_on_the_table
     try:
         conn.execute(f'GRANT CONNECT ON DATABASE "{database}" TO {role}')
         conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
-        conn.execute(f"GRANT EXECUTE ON FUNCTION shardq_enqueue_v1, shardq_enqueue_many_v1 TO {role}")
+        conn.execute(
+            "GRANT EXECUTE ON FUNCTION shardq_enqueue_v2, shardq_enqueue_many_v2, shardq_enqueue_v1, "
+            f"shardq_enqueue_many_v1 TO {role}"
+        )
         producer_url = psycopg.conninfo.make_conninfo(db_url, user=role, password="producer")
         with psycopg.connect(producer_url) as producer:
-            job_id = enqueue_in_transaction(producer, "granted.job", {"ok": True})
+            job_id = enqueue_in_transaction(producer, "granted.job", {"ok": True}, headers={"a": "b"})
             many = enqueue_many_in_transaction(producer, [{"type": "granted.job"}] * 2)
+            [(by_v1,)] = producer.execute("SELECT shardq_enqueue_v1('granted.job', '')")
             producer.commit()
             for statement in (
                 "SELECT COUNT(*) FROM jobs",
                 "INSERT INTO jobs_to_push VALUES ('x', 0)",
                 "UPDATE cluster_meta SET value = '1'",
-                "SELECT shardq_enqueue_rows(false, ARRAY['a'], NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+                "SELECT shardq_enqueue_rows(false, ARRAY['a'], " + ", ".join(["NULL"] * 9) + ")",
             ):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
                     producer.execute(statement)
                 producer.rollback()
         owners = dict(conn.execute("SELECT id, type FROM jobs").fetchall())
-        assert owners == {job_id: "granted.job", many[0]: "granted.job", many[1]: "granted.job"}
+        assert owners == {
+            job_id: "granted.job",
+            many[0]: "granted.job",
+            many[1]: "granted.job",
+            by_v1: "granted.job",
+        }
     finally:
         conn.execute(f'REVOKE ALL ON DATABASE "{database}" FROM {role}')
         conn.execute(f"DROP OWNED BY {role}")
@@ -396,3 +418,111 @@ def test_the_sdk_helpers_work_on_a_django_cursor(store: Store, db_url: str) -> N
     with psycopg.connect(db_url) as conn:
         types = dict(conn.execute("SELECT id, type FROM jobs").fetchall())
     assert types == {job_id: "django.job", batch[0]: "django.job", batch[1]: "django.job"}
+
+
+# Version 2's fields, each bad in one way: (SQL arguments, the same job as the RPC's JobSpec fields).
+BAD_V2_JOBS: list[tuple[dict[str, Any], dict[str, Any]]] = [
+    ({"concurrency_key": "k" * 129}, {"concurrency_key": "k" * 129}),
+    ({"concurrency_key": "tab\there"}, {"concurrency_key": "tab\there"}),
+    ({"concurrency_key": "private\ue000use"}, {"concurrency_key": "private\ue000use"}),
+    ({"headers": {f"h{i}": "x" for i in range(17)}}, {"headers": {f"h{i}": "x" for i in range(17)}}),
+    ({"headers": {"bad name": "x"}}, {"headers": {"bad name": "x"}}),
+    ({"headers": {"it's": "x"}}, {"headers": {"it's": "x"}}),
+    ({"headers": {"both'\"": "x"}}, {"headers": {"both'\"": "x"}}),
+    ({"headers": {"ctl\x07\u2028\U000e0001\\": "x"}}, {"headers": {"ctl\x07\u2028\U000e0001\\": "x"}}),
+    ({"headers": {"_leading": "x"}}, {"headers": {"_leading": "x"}}),
+    ({"headers": {"n" * 65: "x"}}, {"headers": {"n" * 65: "x"}}),
+    ({"headers": {"big": "é" * 1025}}, {"headers": {"big": "é" * 1025}}),
+    ({"headers": {"note": "line\nbreak"}}, {"headers": {"note": "line\nbreak"}}),
+    ({"headers": {"note": "soft\u00adhyphen"}}, {"headers": {"note": "soft\u00adhyphen"}}),
+    (
+        {"headers": {f"h{i}": "é" * 500 for i in range(5)}},
+        {"headers": {f"h{i}": "é" * 500 for i in range(5)}},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("sql_fields", "spec_fields"), BAD_V2_JOBS, ids=[repr(b[0])[:40] for b in BAD_V2_JOBS]
+)
+def test_a_bad_concurrency_key_or_header_gets_the_rpcs_message_and_inserts_nothing(
+    conn: psycopg.Connection[Any], db_url: str, sql_fields: dict[str, Any], spec_fields: dict[str, Any]
+) -> None:
+    args = _sql_args(sql_fields)
+    if "headers" in args:
+        args["headers"] = Jsonb(args["headers"])
+    names = ", ".join(f"{k} => %({k})s" for k in args)
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
+        conn.execute(f"SELECT shardq_enqueue_v2({names})", args)
+    assert caught.value.diag.message_primary == _rpc_message(spec_fields, "job")
+    conn.rollback()
+    with pytest.raises(InvalidArgumentError) as caught_many:
+        enqueue_many_in_transaction(conn, [{"type": "noop.ok"}, {"type": "noop.ok", **spec_fields}])
+    assert caught_many.value.details == _rpc_message(spec_fields, "jobs[1]")
+    conn.rollback()
+    assert _count(db_url, "jobs") == 0 and _count(db_url, "jobs_to_push") == 0
+
+
+def test_headers_that_are_not_an_object_of_strings_are_refused(conn: psycopg.Connection[Any]) -> None:
+    for headers, message in [
+        ('["a"]', "job.headers: must be a JSON object of strings"),
+        ('"a"', "job.headers: must be a JSON object of strings"),
+        ('{"n": 1}', "job.headers['n']: must be a string"),
+        ('{"n": null}', "job.headers['n']: must be a string"),
+    ]:
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
+            conn.execute("SELECT shardq_enqueue_v2('noop.ok', '', headers => %s::jsonb)", (headers,))
+        assert caught.value.diag.message_primary == message
+        conn.rollback()
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"^jobs\[1\]\.headers\['n'\]: must be"):
+        conn.execute(
+            "SELECT shardq_enqueue_many_v2(ARRAY['a', 'b'], NULL, "
+            "headers => ARRAY[NULL, '{\"n\": 2}']::jsonb[])"
+        )
+    conn.rollback()
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="every array must have one entry per job"):
+        conn.execute("SELECT shardq_enqueue_many_v2(ARRAY['a', 'b'], NULL, concurrency_keys => ARRAY['k'])")
+    conn.rollback()
+
+
+def test_version_2_keeps_the_key_and_headers_as_the_rpcs_rows_do(conn: psycopg.Connection[Any]) -> None:
+    headers = {"zeta": "last", "Alpha": "first", "a.b-c_d": 'quote " and \\ and é and 😀'}
+    keyed = enqueue_in_transaction(conn, "flow.job", {}, concurrency_key="tenant é 1", headers=headers)
+    plain = enqueue_in_transaction(conn, "flow.job", {}, concurrency_key="", headers={})
+    [(by_sql,)] = conn.execute(
+        'SELECT shardq_enqueue_v2(\'flow.job\', \'\', headers => \'{"k": "v", "b": "w"}\'::jsonb, '
+        "concurrency_key => 'c')"
+    ).fetchall()
+    batch = enqueue_many_in_transaction(
+        conn, [{"type": "flow.job", "concurrency_key": "k1"}, {"type": "flow.job", "headers": {"h": "1"}}]
+    )
+    conn.commit()
+    rows = dict(
+        (r[0], r[1:]) for r in conn.execute("SELECT id, concurrency_key, headers FROM jobs").fetchall()
+    )
+    assert rows[keyed] == ("tenant é 1", validation.job_headers(headers, "job.headers"))
+    assert rows[plain] == (None, None)  # as the RPC stores a job without either
+    assert rows[by_sql] == ("c", '{"b":"w","k":"v"}')
+    assert rows[batch[0]] == ("k1", None) and rows[batch[1]] == (None, '{"h":"1"}')
+
+
+def test_the_printable_check_is_str_isprintable_for_every_assigned_character(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """Python refuses unassigned code points too; which those are depends on its Unicode version, and
+    the SQL check lets them through (migration 0010)."""
+    assigned = "".join(
+        chr(cp)
+        for cp in range(1, 0x110000)
+        if not 0xD800 <= cp <= 0xDFFF and unicodedata.category(chr(cp)) != "Cn"
+    )
+    [(refused,)] = conn.execute(
+        "SELECT string_agg(c, '') FROM regexp_split_to_table(%s, '') AS c WHERE NOT shardq_is_printable(c)",
+        (assigned,),
+    ).fetchall()
+    assert refused == "".join(c for c in assigned if not c.isprintable())
+    samples = ["plain", "it's", 'say "hi"', "both ' and \"", "back\\slash", "\t\n\r\x07\x7f\xa0",
+               "\u2028\ufeff", "\U000e0001\U00100000", "é😀", ""]  # fmt: skip
+    [(reprs,)] = conn.execute("SELECT array_agg(shardq_py_repr(s) ORDER BY o) FROM unnest(%s::text[]) "
+                              "WITH ORDINALITY AS v(s, o)", (samples,)).fetchall()  # fmt: skip
+    assert reprs == [repr(s) for s in samples]
