@@ -23,13 +23,15 @@ Output:
 The ready sets are read a page at a time and written once for the batch, as are the records, the
 leased set and the counts.
 
-Flow control (flow.py, includes/flow.lua): a type with settings, a gate or keyed jobs is leased only
-while its class is not paused, its leased jobs are under its concurrency limit and its rate allows.
-Its keyed jobs are leased by turns of their keys, round robin: the key at the head of the round
-takes a lease, or as many in a row as its weight, then goes to the back, so keys with ready jobs
-share leases whatever their backlog; a key at its limit or waiting for its rate leaves the round
-until a slot frees (flow_release) or its time comes (the waiting set). The type's jobs without a key take their turns as the key ''. Across types and within a key the
-oldest ready job goes first, as without flow control.
+Flow control (flow.py, includes/flow.lua; the layout in docs/architecture.md): a type with settings,
+a gate, a hold or keyed jobs is leased only while its class is not paused, its leased jobs are under
+its concurrency limit and its rate (and any RateLimited hold: reason 'rate') allows. Its keyed jobs
+are leased by turns of their keys, round robin: the key at the head of the round takes a lease, or
+as many in a row as its weight, then goes to the back, so keys with ready jobs share leases whatever
+their backlog; a key at its limit or waiting for its rate leaves the round until a slot frees
+(flow_release) or its time comes (the waiting set). The type's jobs without a key take their turns
+as the key ''. Across types and within a key the oldest ready job goes first, as without flow
+control.
 ]]
 --- @include "record"
 --- @include "flow"
