@@ -90,7 +90,7 @@ class Dispatcher:
             lambda expired: self.transitions.expired(expired),
         )
         self.transitions = TransitionSink(self.writer, self.sessions, self.loops.wake_promoter)
-        self.reconciler = Reconciler(store, self.working_set, self.writer, self.loops.wake_promoter)
+        self.reconciler = Reconciler(store, self.working_set, self.writer, self.loops.restored)
         self.reconciles = ReconcileLoop(self.reconciler, self.ownership, settings.reconcile_interval_s)
         self.returns = LeaseReturns(
             self.working_set, self.writer, self.sessions, self.loops.wake_reaper, settings.reconnect_grace_ms

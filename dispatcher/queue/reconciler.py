@@ -196,7 +196,10 @@ class Reconciler:
             if awaiting:
                 await self.working_set.note_unpushed(shard, sorted(awaiting), now)
         jobs = [NewJob(r.id, record_from_row(r, now), r.payload) for r in put_back]
-        return await self.working_set.restore(shard, epoch, "restore", jobs)
+        # A job whose row says leased may still be running: restored leased until its lease's end
+        # when its type has a concurrency limit, so the limit counts it (restore_jobs.lua).
+        deadlines = {r.id: r.lease_until for r in put_back if r.status == "leased" and r.lease_until}
+        return await self.working_set.restore(shard, epoch, "restore", jobs, deadlines)
 
     def _catch_up(self, shard: int, finished: list[tuple[str, JobRecord, bytes | None]]) -> int:
         """Record what Redis says of jobs it finished while their rows still say active, results

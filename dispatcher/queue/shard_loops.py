@@ -70,6 +70,12 @@ class ShardLoops:
         if reaper is not None:
             reaper.wake(deadline_ms)
 
+    def restored(self, shard: int) -> None:
+        """A reconcile put jobs back: due ones are promoted, and leases it restored (a limited type's
+        job whose row said leased) are reaped by their deadlines."""
+        self.wake_promoter(shard)
+        self.wake_reaper(shard)
+
     def wake_reaper(self, shard: int) -> None:
         """Lease deadlines were shortened: the shard's reaper looks again now."""
         reaper = self.reapers.get(shard)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import random
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
+from shardq_common.clock import steady_ms
 from shardq_common.errors import NotOwner
 
 from ..config import RetryPolicy
@@ -518,14 +519,26 @@ class WorkingSet:
         r = await self.scripts.cancel(keys=keys, args=[job_id, now])
         return CancelOutcome(CancelCode(int(r[0])), _s(r[1]), _s(r[2]))
 
-    async def restore(self, shard: int, epoch: int, mode: str, jobs: Iterable[NewJob]) -> Restored:
+    async def restore(
+        self,
+        shard: int,
+        epoch: int,
+        mode: str,
+        jobs: Iterable[NewJob],
+        lease_deadlines: Mapping[str, int] | None = None,
+        now: int | None = None,
+    ) -> Restored:
         """Mode 'restore': put back those of these jobs Redis does not hold (a requeue, 'requeue',
-        also replaces dead records; it counts every job as lost)."""
+        also replaces dead records; it counts every job as lost). ``lease_deadlines``: per job whose
+        row says leased, its lease's deadline (steady ms; ``now`` is steady too): one of a type with a
+        concurrency limit comes back leased until then, its slot taken (restore_jobs.lua)."""
         k = ShardKeys(shard)
-        args: list[Any] = [epoch, mode]
+        deadlines = lease_deadlines or {}
+        args: list[Any] = [epoch, mode, steady_ms() if now is None else now, secrets.token_hex(8)]
         for job in jobs:
-            args += [job.id, job.record.pack(), job.payload]
+            args += [job.id, job.record.pack(), job.payload, deadlines.get(job.id, "")]
         keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.types, k.cancelled_unqueued, k.unpushed]
+        keys.append(k.leased)
         r = await self.scripts.restore_jobs(keys=keys, args=args)
         _check_owner(r, shard)
         return Restored(int(r[0]), int(r[1]))

@@ -255,3 +255,41 @@ def test_rate_limited_goes_back_uncharged_and_holds_its_key(dispatcher, start_wo
     other_start = next(e["t"] for e in lines if e["job"] == other and e["event"] == "start")
     assert sibling_start - raised >= 0.95, "a sibling of the held key started before the hold ended"
     assert other_start - raised < 0.9, "another key waited for the hold"
+
+
+@POSTGRES
+@pytest.mark.timeout(120)
+def test_a_key_limit_holds_through_a_redis_data_loss(dispatcher, redis_url, db_url, start_worker, ledger):
+    """An ordering key (limit 1): its first job runs 4 s, and Redis loses everything meanwhile. The
+    restore rebuilds the key's running count from the job's row (leased until its deadline), so its
+    sibling waits for that lease to end rather than starting beside the run still going."""
+    import psycopg
+
+    with Client(dispatcher.target) as client:
+        client.set_queue_settings("sleep_ordered", key_concurrency=1)
+        start_worker(dispatcher.target, types="sleep_ordered", concurrency=8)
+        first = client.enqueue(
+            "sleep_ordered", {"sleep": 4.0, "sleep_attempts": 1}, concurrency_key="acct", lease_ttl=8
+        )
+        second = client.enqueue("sleep_ordered", {"sleep": 0.1}, concurrency_key="acct")
+
+        def leased_in_the_db() -> bool:
+            with psycopg.connect(db_url) as conn:
+                row = conn.execute("SELECT status, lease_until FROM jobs WHERE id = %s", (first,)).fetchone()
+            return row is not None and row[0] == "leased" and row[1] is not None
+
+        wait_until(leased_in_the_db, timeout=30, message="the first job's lease never reached the DB")
+        r = redis.Redis.from_url(redis_url)
+        try:
+            r.flushall()
+        finally:
+            r.close()
+
+        def all_ran_and_ended() -> bool:
+            lines = read_ledger(ledger)
+            starts = sum(1 for e in lines if e["event"] == "start")
+            return {first, second} <= ended(ledger) and starts == sum(1 for e in lines if e["event"] == "end")
+
+        wait_until(all_ran_and_ended, timeout=90, message="the jobs never both ran to their end")
+    runs = [run for run in executions(ledger) if run[2]["key"] == "acct"]
+    assert most_at_once(runs) == 1, sorted((round(s, 2), round(e, 2), run["job"]) for s, e, run in runs)
