@@ -67,6 +67,8 @@ class LeaseReturns:
             ready = [(g.type, int(g.priority)) for g, t in returned if t.state is JobState.READY]
             if ready:
                 self.sessions.notify_ready(shard, ready)
+            # a cancelled one freed its slot too, for workers a concurrency limit held back
+            self.sessions.leases_ended((shard, g.type) for g, _ in returned)
 
     async def release(self, stream_id: str, refs: list[tuple[str, str, int]]) -> None:
         """The stream ``stream_id`` ended: of these leases, those it still holds lapse after the
