@@ -246,9 +246,16 @@ class JobService(pb_grpc.JobServiceServicer):
             by_shard[r.shard].append(r)
         n = 0
         for shard, group in by_shard.items():
-            jobs = [NewJob(r.id, record_from_row(r, now, requeue=True), r.payload) for r in group]
-            # The row first: once the job runs again its status updates must find it active.
-            await self.store.requeue_dead([r.id for r in group], now)
+            # The row first: once the job runs again its status updates must find it active. Only
+            # the rows requeued go to Redis: one that retention deleted since it was read is gone.
+            requeued = await self.store.requeue_dead([r.id for r in group], now)
+            jobs = [
+                NewJob(r.id, record_from_row(r, now, requeue=True), r.payload)
+                for r in group
+                if r.id in requeued
+            ]
+            if not jobs:
+                continue
             epoch = await self.ownership.current_epoch(shard)
             n += (await self.working_set.restore(shard, epoch, "requeue", jobs)).total
             self.loops.wake_promoter(shard, now)
