@@ -15,9 +15,9 @@ from dispatcher.config import RetentionPolicy
 from dispatcher.queue import pruner as pruner_module
 from dispatcher.queue.flow import QueueSettings
 from dispatcher.queue.keys import ShardKeys
+from dispatcher.queue.pruner import Pruner, Retention, prune_older_than
 from dispatcher.queue.records import JobRecord
 from dispatcher.queue.states import JobState, Priority
-from dispatcher.queue.pruner import Pruner, Retention, prune_older_than
 from dispatcher.queue.working_set import WorkingSet
 from dispatcher.store import JobRow, Store, open_store
 from shardmap import shard_for
