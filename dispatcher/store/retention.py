@@ -57,13 +57,13 @@ class RetentionQueries:
     ) -> list[tuple[str, int]]:
         """Up to ``limit`` (id, finished_at) of the type's rows in this status that finished before
         ``cutoff_ms``, oldest first, after the row ``after`` (its finished_at and id)."""
-        after_at, after_id = after if after is not None else (-1, "")
+        # A row value: both databases seek the index to it (an OR of the two cases they would filter).
+        keyset, params = ("AND (finished_at, id) > (?, ?) ", list(after)) if after is not None else ("", [])
         async with self.transaction() as tx:
             rows = await tx.execute(
                 f"SELECT id, finished_at FROM jobs WHERE {FINISHED_SQL} AND type = ? AND status = ? "
-                "AND finished_at < ? AND (finished_at > ? OR (finished_at = ? AND id > ?)) "
-                "ORDER BY finished_at, id LIMIT ?",
-                (job_type, status, cutoff_ms, after_at, after_at, after_id, limit),
+                f"AND finished_at < ? {keyset}ORDER BY finished_at, id LIMIT ?",
+                (job_type, status, cutoff_ms, *params, limit),
             )
         return [(str(r[0]), int(r[1])) for r in rows]
 
