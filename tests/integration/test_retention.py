@@ -200,3 +200,12 @@ async def test_finished_types_lists_each_type_with_finished_rows_once(store: Sto
 
 
 assert pruner_module.STATUSES == ("succeeded", "cancelled", "dead")
+
+
+async def test_a_requeue_reports_only_the_dead_rows_it_requeued(store: Store) -> None:
+    """A requeue reads dead rows, then requeues them: one pruned in between is not pushed to Redis
+    (it would run with no row to record its status)."""
+    kept, pruned = _row("t.requeue", "dead", 40), _row("t.requeue", "dead", 40)
+    await _insert(store, [kept, pruned])
+    assert await store.delete_finished([pruned.id], "dead", wall_ms()) == 1
+    assert await store.requeue_dead([kept.id, pruned.id], wall_ms()) == {kept.id}
