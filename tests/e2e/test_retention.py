@@ -181,7 +181,7 @@ def test_prune_by_hand_counts_deletes_and_refuses_bad_input(start_dispatcher, re
         assert _left(db_url, everything) == set(young)
 
 
-def test_queue_retention_shows_and_sets_a_type_s_periods(dispatcher):
+def test_queue_retention_shows_and_sets_a_type_s_periods(dispatcher, redis_url):
     shown = ctl(dispatcher.target, "queue", "retention", "mail.send")
     assert shown.returncode == 0 and "kept cluster default" in shown.stdout
     set_ = ctl(dispatcher.target, "queue", "retention", "mail.send", "--succeeded", "3d", "--dead", "90d")
@@ -191,6 +191,12 @@ def test_queue_retention_shows_and_sets_a_type_s_periods(dispatcher):
     with Client(dispatcher.target) as client:
         settings = client.get_queue("mail.send").settings
         assert (settings.retain_finished_s, settings.retain_dead_s) == (3 * 86_400, 90 * 86_400)
+    # Retention is the pruner's, read from the DB: the lease script's map of the type stays absent.
+    r = redis.Redis.from_url(redis_url)
+    try:
+        assert r.hget(ShardKeys(shard_for("mail.send", SHARDS)).flow, "mail.send") is None
+    finally:
+        r.close()
     bad = ctl(dispatcher.target, "queue", "retention", "mail.send", "--dead", "5s")
     assert bad.returncode == 2 and "at least a minute" in bad.stderr
     bad = ctl(dispatcher.target, "queue", "retention", "mail.send", "--dead", "20y")
