@@ -41,7 +41,7 @@ def _period_text(seconds: int) -> str:
 
 
 def cmd_retention(client: Client, args: argparse.Namespace) -> Any:
-    changes: dict[str, int] = {}
+    changes: dict[str, Any] = {}
     for option, name, value in (
         ("--succeeded", "retain_finished_s", args.succeeded),
         ("--dead", "retain_dead_s", args.dead),
