@@ -26,6 +26,7 @@ from .queue.ingest import Ingestor
 from .queue.keys import CLUSTER_KEY
 from .queue.lease_returns import LeaseReturns
 from .queue.ownership import Ownership
+from .queue.pruner import Retention
 from .queue.reconcile_loop import ReconcileLoop
 from .queue.reconciler import Reconciler
 from .queue.sessions import RESULTS_GRACE_S, SessionContext, SessionRegistry
@@ -88,6 +89,7 @@ class Dispatcher:
             settings.lease_ahead_ms,
             self.sessions.notify_ready,
             lambda expired: self.transitions.expired(expired),
+            Retention(store, settings.retention, settings.shard_count),
         )
         self.transitions = TransitionSink(self.writer, self.sessions, self.loops.wake_promoter)
         self.reconciler = Reconciler(store, self.working_set, self.writer, self.loops.restored)

@@ -9,10 +9,14 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from shardmap import DEFAULT_SHARD_COUNT, MAX_SHARD_COUNT
+from shardq_common.durations import parse_duration_ms
 from shardq_common.errors import ConfigError
 
 # A lease held back longer than this would eat into short lease TTLs (100 ms at least).
 MAX_LEASE_AHEAD_MS = 50
+# Bounds of a retention period (dispatcher/queue/flow.py holds the same for per-type settings).
+MIN_RETENTION_S = 60
+MAX_RETENTION_S = 10 * 366 * 86_400
 # Room in a request for one job's fields and framing besides its payload.
 REQUEST_OVERHEAD_BYTES = 64 << 10
 
@@ -76,6 +80,74 @@ class FairnessPolicy:
         if len(weights) != 3:
             raise ConfigError(f"bad priority weights {text!r}: three weights are needed")
         return cls(weights=(weights[0], weights[1], weights[2]))
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """How long finished jobs' rows are kept, and how the shard owner deletes them
+    (dispatcher/queue/pruner.py). A job type's own periods (``dispatcherctl queue retention``)
+    override the two periods here.
+    """
+
+    #: SHARDQ_RETENTION_SUCCEEDED: succeeded and cancelled jobs are deleted this long after they
+    #: finished (default 7 days). A duration: 90s, 12h, 7d.
+    succeeded_s: int = 7 * 86_400
+    #: SHARDQ_RETENTION_DEAD: dead-lettered jobs are deleted this long after they died (30 days).
+    dead_s: int = 30 * 86_400
+    #: SHARDQ_RETENTION_BATCH: rows one DELETE statement removes at most.
+    batch: int = 1000
+    #: SHARDQ_RETENTION_PAUSE_MS: the pause between two batches, which leaves the DB to the hot path.
+    pause_ms: int = 50
+    #: SHARDQ_RETENTION_PASS_ROWS: rows one shard's pass deletes at most before it waits for the
+    #: next pass (so one shard with a backlog does not hold a DB connection for long).
+    pass_rows: int = 100_000
+    #: SHARDQ_RETENTION_INTERVAL: time between two passes over a shard (default a minute). 0: no
+    #: retention (rows are kept until ``dispatcherctl jobs prune`` deletes them).
+    interval_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name, value in (
+            ("SHARDQ_RETENTION_SUCCEEDED", self.succeeded_s),
+            ("SHARDQ_RETENTION_DEAD", self.dead_s),
+        ):
+            if not MIN_RETENTION_S <= value <= MAX_RETENTION_S:
+                raise ConfigError(
+                    f"{name}: {value} s is not a retention period: give {MIN_RETENTION_S} s .. 10 years"
+                )
+        if not 1 <= self.batch <= 10_000:
+            raise ConfigError("SHARDQ_RETENTION_BATCH must be in 1..10000 rows")
+        if not 0 <= self.pause_ms <= 60_000:
+            raise ConfigError("SHARDQ_RETENTION_PAUSE_MS must be in 0..60000")
+        if self.pass_rows < self.batch:
+            raise ConfigError("SHARDQ_RETENTION_PASS_ROWS must be at least SHARDQ_RETENTION_BATCH")
+        if self.interval_s != 0 and not 1 <= self.interval_s <= 86_400:
+            raise ConfigError("SHARDQ_RETENTION_INTERVAL must be 1 s .. 1 d, or 0 for no retention")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RetentionPolicy:
+        values: dict[str, Any] = {}
+        for name, key in (
+            ("succeeded_s", "SHARDQ_RETENTION_SUCCEEDED"),
+            ("dead_s", "SHARDQ_RETENTION_DEAD"),
+            ("interval_s", "SHARDQ_RETENTION_INTERVAL"),
+        ):
+            if env.get(key):
+                try:
+                    ms = parse_duration_ms(env[key])
+                except ValueError as exc:
+                    raise ConfigError(f"{key}: {exc}") from None
+                values[name] = ms / 1000 if name == "interval_s" else ms // 1000
+        for name, key in (
+            ("batch", "SHARDQ_RETENTION_BATCH"),
+            ("pause_ms", "SHARDQ_RETENTION_PAUSE_MS"),
+            ("pass_rows", "SHARDQ_RETENTION_PASS_ROWS"),
+        ):
+            if env.get(key):
+                try:
+                    values[name] = int(env[key])
+                except ValueError:
+                    raise ConfigError(f"{key}={env[key]!r} is not a whole number") from None
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -187,6 +259,7 @@ class Settings:
     log_format: str = "auto"
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     fairness: FairnessPolicy = field(default_factory=FairnessPolicy)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
     def __post_init__(self) -> None:
         if not 1 <= self.shard_count <= MAX_SHARD_COUNT:
@@ -252,7 +325,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
-        simple = {f.name: f for f in fields(cls) if f.name not in ("retry", "fairness")}
+        simple = {f.name: f for f in fields(cls) if f.name not in ("retry", "fairness", "retention")}
         for name, f in simple.items():
             raw = env.get(f"SHARDQ_{name.upper()}")
             if raw is None or (raw == "" and name not in ("metrics_listen", "health_listen")):
@@ -286,5 +359,6 @@ class Settings:
         values["retry"] = retry
         if env.get("SHARDQ_PRIORITY_WEIGHTS"):
             values["fairness"] = FairnessPolicy.parse(env["SHARDQ_PRIORITY_WEIGHTS"])
+        values["retention"] = RetentionPolicy.from_env(env)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -4,7 +4,7 @@ so the two cannot drift apart."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -90,6 +90,15 @@ def requeue_dead(job_ids: Iterable[str], all: bool, job_type: str | None, reason
 
 def purge_dead(job_type: str | None, reason: str | None) -> Call[int]:
     return Call(JOBS, "PurgeDead", pb.PurgeDeadRequest(filter=dead_filter(job_type, reason)), _purged)
+
+
+def prune_jobs(
+    older_than_s: int, job_type: str | None, statuses: Sequence[str], dry_run: bool, limit: int
+) -> Call[tuple[int, bool]]:
+    request = pb.PruneJobsRequest(
+        older_than_s=older_than_s, type=job_type or "", statuses=list(statuses), dry_run=dry_run, limit=limit
+    )
+    return Call(JOBS, "PruneJobs", request, _pruned)
 
 
 def version() -> Call[VersionInfo]:
@@ -187,6 +196,10 @@ def _requeued(reply: pb.RequeueDeadResponse) -> int:
 
 def _purged(reply: pb.PurgeDeadResponse) -> int:
     return int(reply.purged)
+
+
+def _pruned(reply: pb.PruneJobsResponse) -> tuple[int, bool]:
+    return int(reply.rows), bool(reply.more)
 
 
 def _upserted(reply: pb.UpsertScheduleResponse) -> tuple[ScheduleInfo, bool]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -266,6 +266,20 @@ class Client(_ClientOptions):
         """Delete the dead jobs matching the filters; returns how many."""
         return self._send(calls.purge_dead(job_type, reason))
 
+    def prune_jobs(
+        self,
+        older_than_s: int,
+        *,
+        job_type: str | None = None,
+        statuses: Sequence[str] = (),
+        dry_run: bool = False,
+        limit: int = 0,
+    ) -> tuple[int, bool]:
+        """Delete finished jobs (succeeded, cancelled, dead; ``statuses`` narrows) that finished at
+        least ``older_than_s`` ago, at most ``limit`` rows (0: the server's 100,000). Returns the rows
+        deleted (counted, with dry_run) and whether more may be left (call again)."""
+        return self._send(calls.prune_jobs(older_than_s, job_type, statuses, dry_run, limit))
+
     # -- the cluster -----------------------------------------------------------------------
 
     def version(self) -> VersionInfo:
@@ -489,6 +503,17 @@ class AsyncClient(_ClientOptions):
 
     async def purge_dead(self, *, job_type: str | None = None, reason: str | None = None) -> int:
         return await self._send(calls.purge_dead(job_type, reason))
+
+    async def prune_jobs(
+        self,
+        older_than_s: int,
+        *,
+        job_type: str | None = None,
+        statuses: Sequence[str] = (),
+        dry_run: bool = False,
+        limit: int = 0,
+    ) -> tuple[int, bool]:
+        return await self._send(calls.prune_jobs(older_than_s, job_type, statuses, dry_run, limit))
 
     # -- the cluster -----------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ class QueueSettings:
     key_concurrency: most jobs of one concurrency key running at once (0: no limit), and
     key_concurrency_overrides: keys with their own limit. key_weights: a key's share of the leases
     among keys with ready jobs (default 1). rate, key_rate: token buckets for the type and per key.
+    retain_finished_s, retain_dead_s: seconds the type's succeeded and cancelled, and dead, jobs are
+    kept after they finished (0: the cluster's retention).
     """
 
     paused: tuple[str, ...] = ()
@@ -40,6 +42,8 @@ class QueueSettings:
     key_weights: Mapping[str, int] = field(default_factory=dict)
     rate: RateLimit | None = None
     key_rate: RateLimit | None = None
+    retain_finished_s: int = 0
+    retain_dead_s: int = 0
 
     def to_pb(self) -> pb.QueueSettings:
         message = pb.QueueSettings(
@@ -48,6 +52,8 @@ class QueueSettings:
             key_concurrency=self.key_concurrency,
             key_concurrency_overrides=dict(self.key_concurrency_overrides),
             key_weights=dict(self.key_weights),
+            retain_finished_s=self.retain_finished_s,
+            retain_dead_s=self.retain_dead_s,
         )
         for name in ("rate", "key_rate"):
             bucket = _rate(getattr(self, name), name)
@@ -65,6 +71,8 @@ class QueueSettings:
             key_weights=dict(m.key_weights),
             rate=RateLimit(m.rate.per_s, m.rate.burst) if m.HasField("rate") else None,
             key_rate=RateLimit(m.key_rate.per_s, m.key_rate.burst) if m.HasField("key_rate") else None,
+            retain_finished_s=m.retain_finished_s,
+            retain_dead_s=m.retain_dead_s,
         )
 
 

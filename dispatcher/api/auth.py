@@ -67,6 +67,7 @@ METHOD_ROLES: dict[str, frozenset[Role]] = {
     _JOBS + "ListDead": _ONLY_ADMIN,
     _JOBS + "RequeueDead": _ONLY_ADMIN,
     _JOBS + "PurgeDead": _ONLY_ADMIN,
+    _JOBS + "PruneJobs": _ONLY_ADMIN,
     _WORKERS + "Connect": frozenset({WORKER}),
     _SHARDS + "GetShardMap": frozenset({PRODUCER, WORKER, PEER}),  # clients send jobs to shard owners
     _SHARDS + "Rebalance": _ONLY_ADMIN,

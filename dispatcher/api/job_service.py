@@ -23,8 +23,10 @@ from ..ops.redis_errors import REDIS_ERRORS, redis_transient
 from ..ops.redis_faults import note_redis_error
 from ..queue import validation
 from ..queue.cancel import Canceller
+from ..queue.flow import retention
 from ..queue.ingest import Ingestor
 from ..queue.ownership import Ownership
+from ..queue.pruner import STATUSES, prune_older_than
 from ..queue.reconciler import record_from_row
 from ..queue.shard_loops import ShardLoops
 from ..queue.states import JobState
@@ -44,6 +46,9 @@ _STATUS = {
     "cancelled": pb.JOB_STATUS_CANCELLED,
 }
 MAX_LIST = 10_000
+#: Rows one PruneJobs call deletes by default and at most (the client calls again for more).
+DEFAULT_PRUNE_ROWS = 100_000
+MAX_PRUNE_ROWS = 1_000_000
 STATS_SETTLE_S = 2.0
 # Terminal states whose details (result, error) only the DB row holds.
 _OUTCOMES = (JobState.SUCCEEDED, JobState.DEAD)
@@ -246,9 +251,16 @@ class JobService(pb_grpc.JobServiceServicer):
             by_shard[r.shard].append(r)
         n = 0
         for shard, group in by_shard.items():
-            jobs = [NewJob(r.id, record_from_row(r, now, requeue=True), r.payload) for r in group]
-            # The row first: once the job runs again its status updates must find it active.
-            await self.store.requeue_dead([r.id for r in group], now)
+            # The row first: once the job runs again its status updates must find it active. Only
+            # the rows requeued go to Redis: one that retention deleted since it was read is gone.
+            requeued = await self.store.requeue_dead([r.id for r in group], now)
+            jobs = [
+                NewJob(r.id, record_from_row(r, now, requeue=True), r.payload)
+                for r in group
+                if r.id in requeued
+            ]
+            if not jobs:
+                continue
             epoch = await self.ownership.current_epoch(shard)
             n += (await self.working_set.restore(shard, epoch, "requeue", jobs)).total
             self.loops.wake_promoter(shard, now)
@@ -259,6 +271,33 @@ class JobService(pb_grpc.JobServiceServicer):
         where = self._filter(request.filter)
         await self.writer.flush()
         return pb.PurgeDeadResponse(purged=await self.store.purge_dead(where))
+
+    @rpc
+    async def PruneJobs(self, request: pb.PruneJobsRequest, context: Any) -> pb.PruneJobsResponse:
+        older_than_s = retention(request.older_than_s, "older_than_s")
+        job_type = validation.job_type(request.type, "type") if request.type else None
+        if len(request.statuses) > len(STATUSES):
+            raise InvalidArgument(f"statuses: at most {len(STATUSES)}")
+        for i, status in enumerate(request.statuses):
+            if status not in STATUSES:
+                raise InvalidArgument(
+                    f"statuses[{i}]: {status[:40]!r} is not a finished status ({', '.join(STATUSES)})"
+                )
+        if request.limit > MAX_PRUNE_ROWS:
+            raise InvalidArgument(f"limit: {request.limit} is over {MAX_PRUNE_ROWS} rows a call")
+        rows, more = await prune_older_than(
+            self.store,
+            self.working_set,
+            self.settings.retention,
+            self.settings.shard_count,
+            older_than_s,
+            None if job_type is None else [job_type],
+            [s for s in STATUSES if s in request.statuses] or STATUSES,
+            dry_run=request.dry_run,
+            max_rows=request.limit or DEFAULT_PRUNE_ROWS,
+        )
+        log.info("jobs pruned", rows=rows, more=more, dry_run=request.dry_run, type=job_type or "*")
+        return pb.PruneJobsResponse(rows=rows, more=more)
 
     @rpc
     async def GetVersion(self, request: pb.GetVersionRequest, context: Any) -> pb.GetVersionResponse:

@@ -140,6 +140,8 @@ def settings_from_pb(job_type: str, message: pb.QueueSettings, field: str) -> Qu
         key_weights=dict(message.key_weights),
         rate=rate("rate"),
         key_rate=rate("key_rate"),
+        retain_finished_s=message.retain_finished_s,
+        retain_dead_s=message.retain_dead_s,
     )
 
 
@@ -150,6 +152,8 @@ def settings_to_pb(settings: QueueSettings) -> pb.QueueSettings:
         key_concurrency=settings.key_concurrency,
         key_concurrency_overrides=dict(settings.key_concurrency_overrides),
         key_weights=dict(settings.key_weights),
+        retain_finished_s=settings.retain_finished_s,
+        retain_dead_s=settings.retain_dead_s,
     )
     if settings.rate is not None:
         message.rate.CopyFrom(pb.TokenBucket(per_s=settings.rate.per_s, burst=settings.rate.burst))

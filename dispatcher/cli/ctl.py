@@ -14,7 +14,7 @@ import grpc
 
 from worker_sdk import DEAD_REASONS, Client, JobInfo, ShardqError
 
-from . import ctl_queues, ctl_schedules
+from . import ctl_queues, ctl_retention, ctl_schedules
 from .extra import missing_extra_message
 from .tables import table
 
@@ -370,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--all", action="store_true", help="every dead job matching the filters")
         p.set_defaults(func=func)
     ctl_schedules.add_commands(sub)
-    ctl_queues.add_commands(sub)
+    ctl_retention.add_queue_command(ctl_queues.add_commands(sub))
+    ctl_retention.add_commands(sub)
     for leaf in _leaf_parsers(parser):
         _add_global_options(leaf, defaults=False)
     return parser

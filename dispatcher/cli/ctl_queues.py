@@ -50,6 +50,8 @@ def _rows(info: QueueInfo) -> list[tuple[str, Any]]:
         ("key weights", _named(dict(s.key_weights))),
         ("rate", _rate_text(s.rate)),
         ("per-key rate", _rate_text(s.key_rate)),
+        ("kept (succeeded, cancelled)", f"{s.retain_finished_s} s" if s.retain_finished_s else "default"),
+        ("kept (dead)", f"{s.retain_dead_s} s" if s.retain_dead_s else "default"),
         ("delayed", info.delayed),
         ("ready", info.ready),
         ("running", info.running),
@@ -161,7 +163,8 @@ def cmd_limit(client: Client, args: argparse.Namespace) -> Any:
     return info_json(info), f"{args.type} limits saved\n" + table(["field", "value"], _rows(info))
 
 
-def add_commands(sub: Any) -> None:
+def add_commands(sub: Any) -> Any:
+    """The ``queue`` commands; returns their subparsers (ctl_retention adds ``queue retention``)."""
     queue = sub.add_parser("queue", help="flow control: pause, concurrency and rate limits").add_subparsers(
         dest="queue_command", required=True
     )
@@ -198,3 +201,4 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--key-burst", type=int, help="each key's burst (default 1)")
     p.add_argument("--clear", action="store_true", help="every limit back to none first (a pause stays)")
     p.set_defaults(func=cmd_limit)
+    return queue

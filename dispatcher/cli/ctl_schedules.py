@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from shardq_common.durations import parse_duration_ms
 from worker_sdk import Client, Schedule, ScheduleInfo
 
-from ..schedules.durations import parse_duration_ms
 from .tables import table
 
 

@@ -116,6 +116,37 @@ DEAD_DEPTH = Gauge(
     **({"multiprocess_mode": "max"} if _MULTIPROCESS else {}),
 )
 
+PRUNED = Counter(
+    "shardq_jobs_pruned_total",
+    "Finished jobs' rows deleted by retention or by `dispatcherctl jobs prune`, by type and status "
+    "(succeeded, cancelled, dead).",
+    ["type", "status"],
+)
+# Set by each shard's owner at every retention pass; a shard lives in one process at a time.
+OLDEST_FINISHED = Gauge(
+    "shardq_oldest_finished_job_age_seconds",
+    "Age of the oldest finished row of the shard's job types, by status (succeeded, cancelled, "
+    "dead), as of the owner's last retention pass. Stays under the retention period while "
+    "retention keeps up.",
+    ["shard", "status"],
+    **({"multiprocess_mode": "livemax"} if _MULTIPROCESS else {}),
+)
+RETENTION_OVERDUE = Gauge(
+    "shardq_retention_overdue_seconds",
+    "How far past its type's retention period the shard's most overdue finished row is (0: none "
+    "is), as of the owner's last retention pass: retention falling behind.",
+    ["shard"],
+    **({"multiprocess_mode": "livemax"} if _MULTIPROCESS else {}),
+)
+
+
+def forget_shard_retention(shard: int) -> None:
+    """The shard moved: its new owner reports it. Zero, not removed (a supervisor's children share
+    files that cannot drop a label set): the largest value across processes is the owner's."""
+    for status in ("succeeded", "cancelled", "dead"):
+        OLDEST_FINISHED.labels(str(shard), status).set(0)
+    RETENTION_OVERDUE.labels(str(shard)).set(0)
+
 
 # The histograms' children, looked up once rather than per lease.
 _LATENCY_CHILDREN = {

@@ -1,9 +1,13 @@
-"""Flow control of one job type: pause, concurrency and rate limits, concurrency keys' limits and weights.
+"""Per-type settings of one job type: flow control (pause, concurrency and rate limits, concurrency
+keys' limits and weights) and retention (how long its finished rows are kept).
 
 Settings are data: kept in the DB (the ``queue_settings`` table), mirrored into the ``flow`` hash of
 the type's shard (one msgpack map per type, see ``pack``), which the lease script reads at every call,
 so a change takes effect at the next lease round and a limit holds across every dispatcher process.
 docs/architecture.md ("Flow control") describes the Redis layout the scripts keep for it.
+
+Retention is read from the DB by the shard owner's pruner (dispatcher/queue/pruner.py), never by a
+script: it stays out of the packed map, which the lease script unpacks at every call.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ MAX_BURST = 1_000_000
 MAX_WEIGHT = 1000
 #: Named keys with their own limit or weight, per type: settings travel whole in one Redis field.
 MAX_KEY_OVERRIDES = 1000
+#: Bounds of a retention period: a minute (below that a finished row could outrun its status
+#: write's trip to disk and the forget of its Redis record) to ten years.
+MIN_RETENTION_S = 60
+MAX_RETENTION_S = 10 * 366 * 86_400
 ALL_CLASSES = frozenset(Priority)
 
 
@@ -53,10 +61,21 @@ class QueueSettings:
     key_weights: Mapping[str, int] = field(default_factory=dict)
     rate: Rate | None = None
     key_rate: Rate | None = None
+    #: Seconds a succeeded or cancelled job's row is kept after it finished (0: the cluster's
+    #: SHARDQ_RETENTION_SUCCEEDED).
+    retain_finished_s: int = 0
+    #: Seconds a dead-lettered job's row is kept (0: the cluster's SHARDQ_RETENTION_DEAD).
+    retain_dead_s: int = 0
 
     @property
     def is_default(self) -> bool:
         return self == QueueSettings(self.job_type)
+
+    @property
+    def has_flow(self) -> bool:
+        """Whether any flow control setting differs from the default (retention aside): only such
+        types get a map in the Redis mirror."""
+        return self.pack() != _DEFAULT_PACKED
 
     def pack(self) -> bytes:
         """The map the lease script reads: short names, only what is set."""
@@ -104,6 +123,8 @@ class QueueSettings:
             "key_rate": None
             if self.key_rate is None
             else {"per_s": self.key_rate.per_s, "burst": self.key_rate.burst},
+            "retain_finished_s": self.retain_finished_s,
+            "retain_dead_s": self.retain_dead_s,
         }
 
     @classmethod
@@ -121,8 +142,13 @@ class QueueSettings:
                 key_weights=dict(d.get("key_weights") or {}),
                 rate=rate(d.get("rate")),
                 key_rate=rate(d.get("key_rate")),
+                retain_finished_s=int(d.get("retain_finished_s", 0)),
+                retain_dead_s=int(d.get("retain_dead_s", 0)),
             )
         )
+
+
+_DEFAULT_PACKED = msgpack.packb({})
 
 
 def concurrency_key(value: str, field: str) -> str:
@@ -169,4 +195,20 @@ def validated(settings: QueueSettings) -> QueueSettings:
                 raise InvalidArgument(f"{name}[{key[:40]!r}]: {value} is not in 1..{upper}")
     _rate(settings.rate, "rate")
     _rate(settings.key_rate, "key_rate")
+    for name in ("retain_finished_s", "retain_dead_s"):
+        retention(getattr(settings, name), name, allow_default=True)
     return settings
+
+
+def retention(seconds: int, field: str, *, allow_default: bool = False) -> int:
+    """A retention period in seconds, or InvalidArgument naming the field (0 allowed only as "the
+    cluster default")."""
+    if allow_default and seconds == 0:
+        return seconds
+    if not MIN_RETENTION_S <= seconds <= MAX_RETENTION_S:
+        default = ", or 0 for the cluster default" if allow_default else ""
+        raise InvalidArgument(
+            f"{field}: {seconds} s is not a retention period: give {MIN_RETENTION_S}..{MAX_RETENTION_S} s"
+            f"{default}"
+        )
+    return seconds

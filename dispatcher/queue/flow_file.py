@@ -13,6 +13,8 @@ restart unless the file says ``paused``):
     burst = 20                        # tokens saved up (default 1)
     key_rate = "5/s"                  # the same per concurrency key
     key_burst = 5
+    retain_finished = "3d"            # keep succeeded and cancelled jobs' rows this long (retention)
+    retain_dead = "90d"               # keep dead-lettered jobs' rows this long
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from shardq_common.durations import parse_duration_ms
 from shardq_common.errors import ConfigError, InvalidArgument
 
 from .flow import ALL_CLASSES, QueueSettings, Rate
@@ -38,6 +41,8 @@ _KEYS = {
     "burst",
     "key_rate",
     "key_burst",
+    "retain_finished",
+    "retain_dead",
 }
 
 
@@ -92,6 +97,13 @@ def _entry(job_type: str, entry: dict[str, Any], where: str) -> tuple[QueueSetti
             if name in entry:
                 per_s = parse_rate(str(entry[name]))
                 values[name] = None if per_s is None else Rate(per_s, _int(entry.get(burst, 1), burst))
+        for key, name in (("retain_finished", "retain_finished_s"), ("retain_dead", "retain_dead_s")):
+            if key in entry:
+                text = str(entry[key])
+                try:
+                    values[name] = 0 if text == "default" else parse_duration_ms(text) // 1000
+                except ValueError as exc:
+                    raise ValueError(f"{key}: {exc}") from None
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     return QueueSettings(job_type, **values), list(values)

@@ -87,7 +87,7 @@ class FlowMirror:
             except Exception as exc:  # written by this code through validation: a hand-edited row
                 log.error("unreadable queue settings ignored", type=row.job_type, error=str(exc))
                 continue
-            if not settings.is_default:
+            if settings.has_flow:  # retention alone is the pruner's, read from the DB
                 fresh[row.job_type] = settings
         if read < self._applied:
             return {}

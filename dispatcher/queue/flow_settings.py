@@ -1,5 +1,6 @@
-"""Changes to a job type's flow control settings, wherever they come from (an RPC, the queues file):
-read, changed and validated in one DB transaction (an invalid change writes nothing), then mirrored.
+"""Changes to a job type's settings (flow control and retention), wherever they come from (an RPC,
+the queues file): read, changed and validated in one DB transaction (an invalid change writes
+nothing), then mirrored.
 
 Any valid job type name may be given settings, with jobs of the type or not yet: limits and pauses
 are declared ahead of the jobs they hold back. Settings equal to the defaults are stored as no row.
@@ -33,6 +34,8 @@ FIELDS = (
     "key_weights",
     "rate",
     "key_rate",
+    "retain_finished_s",
+    "retain_dead_s",
 )
 
 

@@ -1,5 +1,5 @@
-"""The loops each owned shard runs, a promoter and a reaper: started when the shard is acquired,
-stopped when it is lost, and woken by the paths that change what they wait for."""
+"""The loops each owned shard runs, a promoter, a reaper and a pruner (retention): started when the
+shard is acquired, stopped when it is lost, and woken by the paths that change what they wait for."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from ..config import RetryPolicy
 from .ownership import Ownership
 from .promoter import Promoter
+from .pruner import Pruner, Retention
 from .reaper import Reaper
 from .working_set import Transition, WorkingSet
 
@@ -23,6 +24,7 @@ class ShardLoops:
         lease_ahead_ms: int,
         on_ready: Callable[[int, Iterable[tuple[str, int]]], None],
         on_expired: Callable[[list[Transition]], None],
+        retention: Retention | None = None,
     ) -> None:
         self.working_set = working_set
         self.ownership = ownership
@@ -32,6 +34,8 @@ class ShardLoops:
         self.on_expired = on_expired  # the transitions of the leases a reaper expired
         self.promoters: dict[int, Promoter] = {}
         self.reapers: dict[int, Reaper] = {}
+        self.retention = retention
+        self.pruners: dict[int, Pruner] = {}
         self._tasks: dict[int, list[asyncio.Task[Any]]] = {}
 
     def start(self, shard: int) -> None:
@@ -48,10 +52,14 @@ class ShardLoops:
             asyncio.create_task(self.promoters[shard].run(), name=f"promote-{shard}"),
             asyncio.create_task(self.reapers[shard].run(), name=f"reap-{shard}"),
         ]
+        if self.retention is not None and self.retention.policy.interval_s:  # 0: retention is off
+            self.pruners[shard] = Pruner(shard, self.retention, self.working_set, self.ownership)
+            self._tasks[shard].append(asyncio.create_task(self.pruners[shard].run(), name=f"prune-{shard}"))
 
     async def stop(self, shard: int) -> None:
         """The shard was lost: stop its loops (one of them may be the caller, recovering it)."""
         tasks = self._tasks.pop(shard, [])
+        self.pruners.pop(shard, None)
         current = asyncio.current_task()
         for task in tasks:
             if task is not current:

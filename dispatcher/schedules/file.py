@@ -21,11 +21,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from shardq_common.durations import parse_duration_ms
 from shardq_common.errors import ConfigError, InvalidArgument
 from shardq_common.pb import shardq_pb2 as pb
 
 from ..config import Settings
-from .durations import parse_duration_ms
 from .spec import schedule_spec
 
 _KEYS = {

@@ -13,6 +13,7 @@ from shardq_common.clock import wall_ms
 from shardq_common.errors import ConfigError, StoreUnavailable
 
 from .queue_settings import QueueSettingsQueries
+from .retention import RetentionQueries
 from .schedules import ScheduleQueries
 
 COLUMNS = (
@@ -194,7 +195,7 @@ _INSERT = (
 )
 
 
-class Store(ScheduleQueries, QueueSettingsQueries, abc.ABC):
+class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, abc.ABC):
     """Job rows and shard epochs. Every method is one transaction."""
 
     url_for_logs: str = ""
@@ -375,18 +376,22 @@ class Store(ScheduleQueries, QueueSettingsQueries, abc.ABC):
             rows = await tx.execute("SELECT type, priority, n FROM dead_counts WHERE n > 0")
         return {(r[0], int(r[1])): int(r[2]) for r in rows}
 
-    async def requeue_dead(self, ids: Sequence[str], run_at: int) -> None:
-        """Dead jobs back to delayed, with a fresh attempt budget."""
+    async def requeue_dead(self, ids: Sequence[str], run_at: int) -> set[str]:
+        """Dead jobs back to delayed, with a fresh attempt budget. Returns the ids requeued: a job
+        no longer dead, or deleted by retention since it was read, is not."""
+        requeued: set[str] = set()
         async with self.transaction() as tx:
             for i in range(0, len(ids), 500):
                 chunk = list(ids[i : i + 500])
                 marks = ", ".join("?" * len(chunk))
-                await tx.execute(
+                rows = await tx.execute(
                     "UPDATE jobs SET status = 'delayed', run_at = ?, failures = 0, expirations = 0, "
                     "dead_reason = NULL, finished_at = NULL, updated_at = ? "
-                    f"WHERE status = 'dead' AND id IN ({marks})",
+                    f"WHERE status = 'dead' AND id IN ({marks}) RETURNING id",
                     [run_at, wall_ms(), *chunk],
                 )
+                requeued.update(str(r[0]) for r in rows)
+        return requeued
 
     async def purge_dead(self, where: DeadFilter) -> int:
         sql, params = where.where()

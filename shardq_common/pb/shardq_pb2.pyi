@@ -289,6 +289,28 @@ class PurgeDeadResponse(_message.Message):
     purged: int
     def __init__(self, purged: _Optional[int] = ...) -> None: ...
 
+class PruneJobsRequest(_message.Message):
+    __slots__ = ("older_than_s", "type", "statuses", "dry_run", "limit")
+    OLDER_THAN_S_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    older_than_s: int
+    type: str
+    statuses: _containers.RepeatedScalarFieldContainer[str]
+    dry_run: bool
+    limit: int
+    def __init__(self, older_than_s: _Optional[int] = ..., type: _Optional[str] = ..., statuses: _Optional[_Iterable[str]] = ..., dry_run: _Optional[bool] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class PruneJobsResponse(_message.Message):
+    __slots__ = ("rows", "more")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    more: bool
+    def __init__(self, rows: _Optional[int] = ..., more: _Optional[bool] = ...) -> None: ...
+
 class GetVersionRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -717,7 +739,7 @@ class TokenBucket(_message.Message):
     def __init__(self, per_s: _Optional[float] = ..., burst: _Optional[int] = ...) -> None: ...
 
 class QueueSettings(_message.Message):
-    __slots__ = ("paused", "concurrency", "key_concurrency", "key_concurrency_overrides", "key_weights", "rate", "key_rate")
+    __slots__ = ("paused", "concurrency", "key_concurrency", "key_concurrency_overrides", "key_weights", "rate", "key_rate", "retain_finished_s", "retain_dead_s")
     class KeyConcurrencyOverridesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -739,6 +761,8 @@ class QueueSettings(_message.Message):
     KEY_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     RATE_FIELD_NUMBER: _ClassVar[int]
     KEY_RATE_FIELD_NUMBER: _ClassVar[int]
+    RETAIN_FINISHED_S_FIELD_NUMBER: _ClassVar[int]
+    RETAIN_DEAD_S_FIELD_NUMBER: _ClassVar[int]
     paused: _containers.RepeatedScalarFieldContainer[Priority]
     concurrency: int
     key_concurrency: int
@@ -746,7 +770,9 @@ class QueueSettings(_message.Message):
     key_weights: _containers.ScalarMap[str, int]
     rate: TokenBucket
     key_rate: TokenBucket
-    def __init__(self, paused: _Optional[_Iterable[_Union[Priority, str]]] = ..., concurrency: _Optional[int] = ..., key_concurrency: _Optional[int] = ..., key_concurrency_overrides: _Optional[_Mapping[str, int]] = ..., key_weights: _Optional[_Mapping[str, int]] = ..., rate: _Optional[_Union[TokenBucket, _Mapping]] = ..., key_rate: _Optional[_Union[TokenBucket, _Mapping]] = ...) -> None: ...
+    retain_finished_s: int
+    retain_dead_s: int
+    def __init__(self, paused: _Optional[_Iterable[_Union[Priority, str]]] = ..., concurrency: _Optional[int] = ..., key_concurrency: _Optional[int] = ..., key_concurrency_overrides: _Optional[_Mapping[str, int]] = ..., key_weights: _Optional[_Mapping[str, int]] = ..., rate: _Optional[_Union[TokenBucket, _Mapping]] = ..., key_rate: _Optional[_Union[TokenBucket, _Mapping]] = ..., retain_finished_s: _Optional[int] = ..., retain_dead_s: _Optional[int] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
     __slots__ = ("type", "settings", "shard", "delayed", "ready", "running", "keys_running", "keys_at_limit", "updated_at_ms")

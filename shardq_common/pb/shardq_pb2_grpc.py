@@ -74,6 +74,11 @@ class JobServiceStub:
                 request_serializer=shardq_dot_v1_dot_shardq__pb2.PurgeDeadRequest.SerializeToString,
                 response_deserializer=shardq_dot_v1_dot_shardq__pb2.PurgeDeadResponse.FromString,
                 _registered_method=True)
+        self.PruneJobs = channel.unary_unary(
+                '/shardq.v1.JobService/PruneJobs',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.PruneJobsRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.PruneJobsResponse.FromString,
+                _registered_method=True)
         self.GetVersion = channel.unary_unary(
                 '/shardq.v1.JobService/GetVersion',
                 request_serializer=shardq_dot_v1_dot_shardq__pb2.GetVersionRequest.SerializeToString,
@@ -132,6 +137,13 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PruneJobs(self, request, context):
+        """retention (issue 22); admin
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetVersion(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -180,6 +192,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.PurgeDead,
                     request_deserializer=shardq_dot_v1_dot_shardq__pb2.PurgeDeadRequest.FromString,
                     response_serializer=shardq_dot_v1_dot_shardq__pb2.PurgeDeadResponse.SerializeToString,
+            ),
+            'PruneJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.PruneJobs,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.PruneJobsRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.PruneJobsResponse.SerializeToString,
             ),
             'GetVersion': grpc.unary_unary_rpc_method_handler(
                     servicer.GetVersion,
@@ -403,6 +420,33 @@ class JobService:
             '/shardq.v1.JobService/PurgeDead',
             shardq_dot_v1_dot_shardq__pb2.PurgeDeadRequest.SerializeToString,
             shardq_dot_v1_dot_shardq__pb2.PurgeDeadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PruneJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.JobService/PruneJobs',
+            shardq_dot_v1_dot_shardq__pb2.PruneJobsRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.PruneJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

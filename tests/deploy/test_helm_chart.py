@@ -677,6 +677,7 @@ ALERTS = {
     "ShardqDeadLettersGrowing": "warning",
     "ShardqRedisRefusingCommands": "warning",
     "ShardqJobsRestoredFromDatabase": "info",
+    "ShardqRetentionFallingBehind": "warning",
 }
 
 
@@ -698,6 +699,7 @@ def test_prometheus_rule_alerts_on_exported_metrics_of_this_release(helm: Helm) 
                 "oldestReadyAgeSeconds": 600,
                 "deadLetterWindow": "1h",
                 "deadLetterThreshold": 5,
+                "retentionOverdueSeconds": 7200,
             }
         },
     )
@@ -723,11 +725,13 @@ def test_prometheus_rule_alerts_on_exported_metrics_of_this_release(helm: Helm) 
         "shardq_shards_without_owner",
         "shardq_dispatchers_alive",
         "shardq_dependency_up",
+        "shardq_retention_overdue_seconds",
     } <= read
     assert "up" in metric_names(rules["ShardqNoDispatcher"]["expr"])
     assert rules["ShardqReadyJobsWaiting"]["expr"].endswith("> 600")
     assert "[1h]" in rules["ShardqDeadLettersGrowing"]["expr"]
     assert rules["ShardqDeadLettersGrowing"]["expr"].endswith("> 5")
+    assert rules["ShardqRetentionFallingBehind"]["expr"].endswith("> 7200")
 
     # Another way of scraping: the operator's own matchers replace namespace and job.
     custom = _merge(MINIMAL, {"prometheusRule": {"enabled": True, "selector": 'cluster="eu",app="shardq"'}})
@@ -869,6 +873,7 @@ def test_notes_list_the_monitoring_objects(helm: Helm) -> None:
         ({"prometheusRule": {"oldestReadyAgeSeconds": 0}}, "oldestReadyAgeSeconds"),
         ({"prometheusRule": {"deadLetterWindow": "15 minutes"}}, "deadLetterWindow"),
         ({"prometheusRule": {"deadLetterThreshold": -1}}, "deadLetterThreshold"),
+        ({"prometheusRule": {"retentionOverdueSeconds": 0}}, "retentionOverdueSeconds"),
         ({"prometheusRule": {"selector": '{job="shardq"}'}}, "selector"),
         ({"prometheusRule": {"alertLabels": {"team": 1}}}, "alertLabels"),
         ({"prometheusRule": {"rules": []}}, "rules"),

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from dispatcher.config import FairnessPolicy, RetryPolicy, Settings
+from dispatcher.config import FairnessPolicy, RetentionPolicy, RetryPolicy, Settings
 from shardq_common.errors import ConfigError
 
 
@@ -66,3 +68,19 @@ def test_secrets_are_redacted_from_urls():
     assert redact("postgresql://app:s3cret@db:5432/jobs") == "postgresql://app:***@db:5432/jobs"
     assert redact("redis+cluster://:pw@a:7001,b:7002") == "redis+cluster://:***@a:7001,b:7002"
     assert redact("redis://cache:6379/0") == "redis://cache:6379/0"
+
+
+def test_retention_settings_are_durations_within_bounds() -> None:
+    settings = Settings.from_env({"SHARDQ_RETENTION_SUCCEEDED": "2d", "SHARDQ_RETENTION_INTERVAL": "0"})
+    assert settings.retention == RetentionPolicy(succeeded_s=2 * 86_400, interval_s=0)
+    assert Settings.from_env({}).retention == RetentionPolicy(succeeded_s=7 * 86_400, dead_s=30 * 86_400)
+    for env, message in (
+        ({"SHARDQ_RETENTION_DEAD": "3x"}, "SHARDQ_RETENTION_DEAD: '3x' is not a duration"),
+        ({"SHARDQ_RETENTION_SUCCEEDED": "30s"}, "SHARDQ_RETENTION_SUCCEEDED: 30 s is not a retention period"),
+        ({"SHARDQ_RETENTION_BATCH": "0"}, "SHARDQ_RETENTION_BATCH must be in 1..10000"),
+        ({"SHARDQ_RETENTION_BATCH": "many"}, "SHARDQ_RETENTION_BATCH='many' is not a whole number"),
+        ({"SHARDQ_RETENTION_INTERVAL": "200ms"}, "SHARDQ_RETENTION_INTERVAL must be 1 s .. 1 d"),
+        ({"SHARDQ_RETENTION_PASS_ROWS": "10"}, "SHARDQ_RETENTION_PASS_ROWS must be at least"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            Settings.from_env(env)

@@ -68,3 +68,17 @@ def test_paused_classes(tmp_path: Path) -> None:
     path = tmp_path / "queues.toml"
     path.write_text('[queues.noop]\npaused = ["low", "high"]\n')
     assert load(str(path))["noop"][0].paused == frozenset({Priority.LOW, Priority.HIGH})
+
+
+def test_a_file_sets_retention_periods_as_durations(tmp_path: Path) -> None:
+    path = tmp_path / "queues.toml"
+    path.write_text('[queues."mail.send"]\nretain_finished = "3d"\nretain_dead = "default"\n')
+    settings, names = load(str(path))["mail.send"]
+    assert (settings.retain_finished_s, settings.retain_dead_s) == (3 * 86_400, 0)
+    assert sorted(names) == ["retain_dead_s", "retain_finished_s"]
+    path.write_text('[queues."mail.send"]\nretain_dead = "10s"\n')
+    with pytest.raises(ConfigError, match="retain_dead_s: 10 s is not a retention period"):
+        check(str(path))
+    path.write_text('[queues."mail.send"]\nretain_dead = "soon"\n')
+    with pytest.raises(ConfigError, match="retain_dead: 'soon' is not a duration"):
+        load(str(path))
