@@ -59,7 +59,7 @@ READY, LEASED = JobState.READY, JobState.LEASED
 
 _SHRINK = os.environ.get("SHARDQ_TEST_SHRINK", "").strip().lower() in ("1", "true", "yes")
 MACHINE_SETTINGS = settings(
-    max_examples=40,
+    max_examples=30,
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
