@@ -110,24 +110,31 @@ def test_a_type_limit_holds_across_three_processes_and_a_handover(
     start_dispatcher, redis_url, db_url, start_worker, ledger
 ):
     """A limit of 5 for the type, 3 dispatcher processes and workers with room for 40: never more than
-    5 running, through the stop of the process that owns the type's shard and a rebalance."""
+    5 running, through the stop of the process that owns the type's shard and a rebalance. The
+    workers' own target is another process (a Service address, in a deployment): a worker whose only
+    address goes away cannot reach the others (it knows no other), and waits out its leases."""
     settings = {"shard_count": 8, "ownership_ttl_ms": 3000}
     procs = [start_dispatcher(redis_url, db_url, **settings) for _ in range(3)]
-    target = procs[0].target
-    wait_until(lambda: settled_view(target, 3), timeout=30, message="3 processes never owned every shard")
-    with Client(target) as client:
+    wait_until(
+        lambda: settled_view(procs[0].target, 3), timeout=30, message="3 processes never owned every shard"
+    )
+    with Client(procs[0].target) as client:
         client.rebalance()
+        wait_until(
+            lambda: settled_view(procs[0].target, 3), timeout=30, message="the rebalance never settled"
+        )
+        shard_map = client.shard_map()
+        owner_id = next(s.owner for s in shard_map.shards if s.shard == shard_for("sleep_capped", 8))
+        owner_address = next(m.address for m in shard_map.members if m.id == owner_id)
+    owner = next(p for p in procs if p.target == owner_address)
+    survivor = next(p for p in procs if p is not owner)
+    with Client(survivor.target) as client:
         client.set_queue_settings("sleep_capped", concurrency=5)
         for _ in range(2):
-            start_worker(target, types="sleep_capped", concurrency=20)
+            start_worker(survivor.target, types="sleep_capped", concurrency=20)
         ids = client.enqueue_many([{"type": "sleep_capped", "payload": {"sleep": 0.05}} for _ in range(300)])
         wait_until(lambda: len(ended(ledger)) >= 80, timeout=60, message="the first 80 never ran")
-        shard_map = client.shard_map()
-        owner = next(s.owner for s in shard_map.shards if s.shard == shard_for("sleep_capped", 8))
-        address = next(m.address for m in shard_map.members if m.id == owner)
-        survivor = next(p for p in procs if p.target != address)
-        next(p for p in procs if p.target == address).stop()  # hands its shards over
-    with Client(survivor.target) as client:
+        owner.stop()  # hands its shards over; the workers reclaim their leases from the next owner
         wait_until(lambda: settled_view(survivor.target, 2), timeout=30, message="the handover never settled")
         client.rebalance()
         wait_until(
