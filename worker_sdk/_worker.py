@@ -201,6 +201,9 @@ class Worker:
         self._links: dict[str, _Link] = {}
         self._owner_of: dict[int, str] = {}  # shard -> owner address, from the last shard map
         self._unowned = False  # the last map had shards of our types without a live owner
+        # The other dispatchers of the last map: asked for the map when the target does not answer,
+        # so a worker whose one address went away (a dispatcher stopped for good) finds the rest.
+        self._members: list[str] = []
         self._remap = Wakeup()
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -355,15 +358,24 @@ class Worker:
             if await self._remap.wait(refresh):
                 await asyncio.sleep(0.05)  # let a burst of redirects settle into one re-read
 
+    async def _shard_map(self) -> pb.GetShardMapResponse | None:
+        """The map from the target, else from the other dispatchers of the last map (None: nobody)."""
+        for address in [self.target, *(a for a in self._members if a != self.target)]:
+            try:
+                async with self.security.aio_channel(address, options=CHANNEL_OPTIONS) as channel:
+                    view: pb.GetShardMapResponse = await pb_grpc.ShardServiceStub(channel).GetShardMap(
+                        pb.GetShardMapRequest(), timeout=5, metadata=self._metadata
+                    )
+                    return view
+            except (grpc.aio.AioRpcError, OSError) as exc:
+                self.log.debug("shard map unavailable", address=address, error=str(exc))
+        return None
+
     async def _owner_addresses(self) -> list[str]:
-        try:
-            async with self.security.aio_channel(self.target, options=CHANNEL_OPTIONS) as channel:
-                view = await pb_grpc.ShardServiceStub(channel).GetShardMap(
-                    pb.GetShardMapRequest(), timeout=5, metadata=self._metadata
-                )
-        except (grpc.aio.AioRpcError, OSError) as exc:
-            self.log.debug("shard map unavailable; using the target", error=str(exc))
+        view = await self._shard_map()
+        if view is None:
             return list(self._links) or [self.target]
+        self._members = [m.address for m in view.members if m.alive and m.address]
         self._owner_of = {s.shard: s.address for s in view.shards if s.address}
         mine = {shard_for(t, view.shard_count) for t in self.handlers} if view.shard_count else set()
         self._unowned = bool(mine - set(self._owner_of))

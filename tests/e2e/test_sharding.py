@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from shardmap import shard_for
 from tests.support.processes import read_ledger
 from tests.support.shard_map import settled_view
 from tests.support.wait import wait_until
@@ -318,3 +319,37 @@ def test_clients_send_each_job_to_its_shards_owner(start_dispatcher, redis_url, 
         assert set(client._routes._avoid_until) == {procs[1].target}  # type: ignore[union-attr]
         assert client.get_job(job_id).type == theirs[0]  # ...and the target took the jobs
         assert client.get_job(sync_id).type == theirs[1]
+
+
+@POSTGRES
+def test_a_worker_whose_only_address_stops_finds_the_other_dispatchers(
+    start_dispatcher, redis_url, db_url, start_worker, ledger
+):
+    """The worker's target is the owner of its type's shard, and that dispatcher dies for good
+    (SIGKILL): the worker asks the other dispatchers of the last map for it, follows the shard to its
+    next owner (after the ownership TTL), reclaims its leases there and runs the rest. It used to
+    retry the dead address forever."""
+    procs = [start_dispatcher(redis_url, db_url, **FAST) for _ in range(2)]
+    wait_until(lambda: settled_view(procs[0].target, 2), timeout=30)
+    with Client(procs[0].target) as client:
+        client.rebalance()
+        wait_until(lambda: sorted(_owners(procs[0].target).values()) == [8, 8], timeout=20)
+        view = _map(procs[0].target)
+        owner_id = next(s.owner for s in view.shards if s.shard == shard_for("sleep_route", SHARDS))
+        owner_address = next(m.address for m in view.members if m.id == owner_id)
+    owner = next(p for p in procs if p.target == owner_address)
+    other = next(p for p in procs if p is not owner)
+    start_worker(owner.target, types="sleep_route", concurrency=8)
+    with Client(other.target) as client:
+        ids = client.enqueue_many([{"type": "sleep_route", "payload": {"sleep": 0.05}} for _ in range(200)])
+        wait_until(
+            lambda: len({e["job"] for e in read_ledger(ledger) if e["event"] == "end"}) >= 40, timeout=30
+        )
+        owner.kill()
+        stopped = time.monotonic()
+        wait_until(
+            lambda: set(ids) <= {e["job"] for e in read_ledger(ledger) if e["event"] == "end"},
+            timeout=45,
+            message=lambda: f"{len(set(ids) - {e['job'] for e in read_ledger(ledger)})} jobs never ran",
+        )
+    assert time.monotonic() - stopped < 30, "the jobs waited for their leases to lapse"
