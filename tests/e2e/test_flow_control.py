@@ -111,8 +111,7 @@ def test_a_type_limit_holds_across_three_processes_and_a_handover(
 ):
     """A limit of 5 for the type, 3 dispatcher processes and workers with room for 40: never more than
     5 running, through the stop of the process that owns the type's shard and a rebalance. The
-    workers' own target is another process (a Service address, in a deployment): a worker whose only
-    address goes away cannot reach the others (it knows no other), and waits out its leases."""
+    workers' own target is another process, as a Service address would be."""
     settings = {"shard_count": 8, "ownership_ttl_ms": 3000}
     procs = [start_dispatcher(redis_url, db_url, **settings) for _ in range(3)]
     wait_until(
