@@ -185,25 +185,6 @@ def _is_async(conn: Any) -> bool:
     return name.startswith("Async")
 
 
-def _one(
-    job_type: str,
-    payload: Any,
-    priority: str,
-    run_at: datetime | float | None,
-    delay: float | timedelta | None,
-    max_attempts: int | None,
-    lease_ttl: float | timedelta | None,
-    idempotency_key: str | None,
-    concurrency_key: str | None,
-    headers: Mapping[str, str] | None,
-) -> pb.JobSpec:
-    return job_spec(
-        job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
-        lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
-        headers=headers,
-    )  # fmt: skip
-
-
 def enqueue_in_transaction(
     conn: Any,
     job_type: str,
@@ -221,9 +202,10 @@ def enqueue_in_transaction(
     """Enqueue one job in the transaction open on ``conn``; returns its id (the existing job's id when
     a job of the type holds the idempotency key). It runs once the transaction commits, never if it
     rolls back. The arguments are Client.enqueue's (the trace context joins the headers as there)."""
-    spec = _one(
-        job_type, payload, priority, run_at, delay, max_attempts, lease_ttl, idempotency_key,
-        concurrency_key, headers,
+    spec = job_spec(
+        job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
+        lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
+        headers=headers,
     )  # fmt: skip
     with _tracing.sending([spec]) as span:
         job_id = str(_run(conn, _ONE, _values(spec), array=False))
@@ -257,9 +239,10 @@ async def enqueue_in_transaction_async(
     headers: Mapping[str, str] | None = None,
 ) -> str:
     """enqueue_in_transaction on a psycopg AsyncConnection or an SQLAlchemy AsyncSession/AsyncConnection."""
-    spec = _one(
-        job_type, payload, priority, run_at, delay, max_attempts, lease_ttl, idempotency_key,
-        concurrency_key, headers,
+    spec = job_spec(
+        job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
+        lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
+        headers=headers,
     )  # fmt: skip
     with _tracing.sending([spec]) as span:
         job_id = str(await _run_async(conn, _ONE, _values(spec), array=False))

@@ -239,15 +239,14 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 shard, now, [(i, t) for i, t, *_ in group], [r for *_, r in group]
             )
             for (job_id, token, _, result), t in zip(group, results, strict=True):
-                job_type = session.forget(job_id)
+                session.forget(job_id)
                 if t is None:
                     session.log.info("stale ack rejected", job=job_id, token=token)
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
-                job_type = job_type or t.job_type  # a reclaimed lease's type is known to Redis alone
                 self.writer.record(shard, transition_update(t, now, result=result))
-                acked.append((t, job_type))
-                session.log.debug("job acked", job=job_id, type=job_type, shard=shard, attempt=t.attempts)
+                acked.append(t)
+                session.log.debug("job acked", job=job_id, type=t.job_type, shard=shard, attempt=t.attempts)
         self.transitions.finished(acked, "ack")
 
     async def _nack(self, session: WorkerSession, nacks: pb.Nacks) -> None:
@@ -281,20 +280,19 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 shard, now, [g[3] for g in group], self.settings.retry, steady_now=steady_ms()
             )
             for (job_id, token, _, spec, error), t in zip(group, results, strict=True):
-                job_type = session.forget(job_id)
+                session.forget(job_id)
                 if t is None:
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
-                job_type = job_type or t.job_type
                 self.writer.record(shard, transition_update(t, now, error=error or "error"))
                 self.transitions.after(t)
-                self.transitions.finished([(t, job_type)], "nack")
+                self.transitions.finished([t], "nack")
                 if spec.rate_limited:
-                    metrics.RATE_LIMITED.labels(metrics.type_label(job_type or t.job_type)).inc()
+                    metrics.RATE_LIMITED.labels(metrics.type_label(t.job_type)).inc()
                 session.log.info(
                     "job nacked",
                     job=job_id,
-                    type=job_type,
+                    type=t.job_type,
                     shard=shard,
                     attempt=t.attempts,
                     outcome=str(t.state),

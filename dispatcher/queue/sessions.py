@@ -82,7 +82,6 @@ class WorkerSession:
         self.stream_id = secrets.token_hex(6)
         self.credit = 0
         self.held: dict[str, tuple[str, int]] = {}  # job id -> (token, shard)
-        self.types_of: dict[str, str] = {}  # job id -> type, for the leases this stream handed out
         # Leases not sent yet: granted ahead of their job's run_at (the promoter's lease_ahead_ms),
         # sent at it, or granted in the lease round under way, sent together at its end.
         self.unsent: dict[str, Grant] = {}
@@ -148,15 +147,13 @@ class WorkerSession:
         self.credit = max(0, min(self.credit + slots, self.concurrency - len(self.held)))
         self.wake.set()
 
-    def forget(self, job_id: str) -> str:
-        """Drop a lease this worker no longer holds; returns its job type when known."""
+    def forget(self, job_id: str) -> None:
+        """Drop a lease this worker no longer holds."""
         unsent = self.unsent.pop(job_id, None) is not None
-        job_type = self.types_of.pop(job_id, "")
         if self.held.pop(job_id, None) is not None:
             self.registry.holders.pop(job_id, None)
         if unsent:
             self.add_credit(1)  # the worker counts the slot as granted: give it back
-        return job_type
 
     def hold(self, job_id: str, token: str, shard: int) -> None:
         self.held[job_id] = (token, shard)
@@ -274,7 +271,6 @@ class WorkerSession:
         now = wall_ms()
         for g in grants:
             self.hold(g.id, g.token, g.shard)
-            self.types_of[g.id] = g.type
             self.writer.record(shard, lease_update(g, now), defer_ms=LEASE_WRITE_DELAY_MS)
         self._send_leases(grants)
         if spans.enabled:

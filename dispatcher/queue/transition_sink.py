@@ -51,11 +51,12 @@ class TransitionSink:
         if t.state is JobState.DELAYED:
             self.wake_promoter(t.shard, t.run_at_ms)
 
-    def finished(self, finished: Sequence[tuple[Transition, str]], how: str) -> None:
-        """Count transitions, given with their job types: how is "ack", "nack" or "expire"."""
-        self.sessions.leases_ended((t.shard, job_type) for t, job_type in finished if job_type)
+    def finished(self, finished: Sequence[Transition], how: str) -> None:
+        """Count transitions (each with the job type its script reported): how is "ack", "nack" or
+        "expire"."""
+        self.sessions.leases_ended((t.shard, t.job_type) for t in finished if t.job_type)
         counter = {"ack": metrics.ACKED, "nack": metrics.NACKED, "expire": metrics.EXPIRED}[how]
-        labels = [(metrics.type_label(job_type or "unknown"), t) for t, job_type in finished]
+        labels = [(metrics.type_label(t.job_type or "unknown"), t) for t in finished]
         metrics.count(counter, ((label,) for label, _ in labels))
         metrics.count(
             metrics.DEAD,
@@ -78,4 +79,4 @@ class TransitionSink:
             self.sessions.forget_lease(t.id)
             self.writer.record(t.shard, transition_update(t, now, error=LEASE_EXPIRED_ERROR))
             self.after(t)
-        self.finished([(t, t.job_type) for t in transitions], "expire")
+        self.finished(transitions, "expire")

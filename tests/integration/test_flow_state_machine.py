@@ -24,14 +24,11 @@ flow control promises:
 from __future__ import annotations
 
 import asyncio
-import os
 from collections import Counter
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-import pytest
 import redis.asyncio as aredis
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -47,7 +44,7 @@ from dispatcher.queue.keys import ShardKeys
 from dispatcher.queue.records import JobRecord
 from dispatcher.queue.states import JobState, Priority
 from dispatcher.queue.working_set import NackSpec, NewJob, WorkingSet
-from tests.support.redis_server import RedisServer
+from tests.support.state_machines import machine_settings
 
 T = TypeVar("T")
 
@@ -57,26 +54,7 @@ KEYS = ("", "k1", "k2", "k3")  # '' is no key
 T0 = 1_700_000_000_000
 READY, LEASED = JobState.READY, JobState.LEASED
 
-_SHRINK = os.environ.get("SHARDQ_TEST_SHRINK", "").strip().lower() in ("1", "true", "yes")
-MACHINE_SETTINGS = settings(
-    max_examples=30,
-    stateful_step_count=50,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    phases=tuple(Phase) if _SHRINK else tuple(ph for ph in Phase if ph is not Phase.shrink),
-    report_multiple_bugs=False,
-    print_blob=True,
-)
-
-
-@pytest.fixture(scope="module")
-def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    server = RedisServer(tmp_path_factory.mktemp("flow-state-machine-redis"))
-    server.start()
-    try:
-        yield server.port
-    finally:
-        server.stop()
+MACHINE_SETTINGS = machine_settings(max_examples=30, steps=50)
 
 
 def settings_strategy(job_type: str) -> st.SearchStrategy[QueueSettings]:

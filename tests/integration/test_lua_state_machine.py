@@ -33,15 +33,13 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 from collections import Counter
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import pytest
 import redis.asyncio as aredis
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -67,7 +65,7 @@ from dispatcher.queue.working_set import (
     WorkingSet,
 )
 from shardq_common.errors import NotOwner
-from tests.support.redis_server import RedisServer
+from tests.support.state_machines import machine_settings
 
 T = TypeVar("T")
 
@@ -79,33 +77,7 @@ RETRYABLE = ("", "handler_error", "lease_expired")  # retry_or_dead treats these
 DELAYED, READY, LEASED = JobState.DELAYED, JobState.READY, JobState.LEASED
 SUCCEEDED, DEAD, CANCELLED = JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED
 
-# Shrinking a failing run of this machine takes minutes (every replay talks to Redis), longer than
-# the suite's per-test timeout, so by default a failure is reported unshrunk: the full step list,
-# replayable as printed (or from the example database). SHARDQ_TEST_SHRINK=1 shrinks it (slow).
-_SHRINK = os.environ.get("SHARDQ_TEST_SHRINK", "").strip().lower() in ("1", "true", "yes")
-MACHINE_SETTINGS = settings(
-    max_examples=40,
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    phases=tuple(Phase) if _SHRINK else tuple(ph for ph in Phase if ph is not Phase.shrink),
-    report_multiple_bugs=False,
-    print_blob=True,
-)
-
-
-# -- a redis-server of this module's own ------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """A private redis-server (no persistence) for this module; yields its port."""
-    server = RedisServer(tmp_path_factory.mktemp("lua-state-machine-redis"))
-    server.start()  # returns once it answers PING (10 s timeout)
-    try:
-        yield server.port
-    finally:
-        server.stop()
+MACHINE_SETTINGS = machine_settings(max_examples=40, steps=40)
 
 
 # -- the model ----------------------------------------------------------------------------------
