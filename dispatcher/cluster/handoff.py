@@ -27,6 +27,8 @@ log = structlog.get_logger("shardq.dispatcher")
 # Ids of unpushed jobs kept while Redis refuses their notes, at most (about 100 bytes each). Past it
 # the jobs are still flagged and restored, but reported as missing from Redis.
 MAX_UNNOTED = 100_000
+# How long an enqueue whose hand-off failed waits for its shard's reconcile flag to reach Redis.
+FLAG_WAIT_S = 2.0
 
 
 class HandOff:
@@ -61,7 +63,9 @@ class HandOff:
         address = None
         try:
             address = self.coordinator.view.address_of_owner(shard)
-            if not address:  # the view may predate the shard's current owner: read it again
+            if not address or address == self.advertise:
+                # The view predates the shard's current owner (it still names this process for a
+                # moment after a release or a loss): read it again.
                 address = (await self.coordinator.refresh()).address_of_owner(shard)
             if address and address != self.advertise:
                 request = pb.PushJobsRequest(
@@ -79,6 +83,12 @@ class HandOff:
         except Exception as exc:
             log.warning("hand-off to the shard owner failed", shard=shard, owner=address, error=repr(exc))
         self.flag_for_reconcile(shard, [j.id for j in jobs])
+        # The enqueue answers OK once this returns: were this process to die before the flag is in
+        # Redis, the owner would not queue the jobs until its next full reconcile (minutes). While
+        # Redis refuses the flag, the answer waits a little, then goes out anyway: the jobs are
+        # committed and that reconcile still finds them.
+        if self._flagging is not None:
+            await asyncio.wait({self._flagging}, timeout=FLAG_WAIT_S)
 
     def push_failed(self, shard: int, ids: Sequence[str]) -> None:
         """These committed jobs of the shard did not reach Redis: this process reconciles the shard
