@@ -31,6 +31,7 @@ def _figure(scenario: dict, path: tuple[str, ...]) -> object:
     return scenario
 
 
+@pytest.mark.serial
 @pytest.mark.timeout(200)
 def test_quick_run_for_shardq_alone_reports_every_scenario(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "bench", "run", "--quick", "--peers", "none", "--out", str(tmp_path)]

@@ -56,6 +56,7 @@ async def test_async_redis_work_runs_more_jobs_at_once_than_its_pool_has_connect
     assert work_env.get("bench:work:49") == b"49"
 
 
+@pytest.mark.serial
 def test_cpu_work_takes_about_its_time(work_env: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(_work.WORK_ENV, "cpu100us")
     work = _work.sync_work(1)
@@ -84,6 +85,7 @@ def test_the_driver_chosen_concurrency_wins_over_the_pinned_one(monkeypatch: pyt
     assert _work.concurrency(pinned) == 500
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_bullmq_cpu_work_takes_about_its_time_too() -> None:
     """The JavaScript twin (bench/peers/bullmq/work.js) is calibrated the same way; V8 must neither

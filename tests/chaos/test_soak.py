@@ -30,6 +30,7 @@ def _run(tmp_path: Path, jobs: int, duration: float) -> None:
     assert verdict.ok, "\n".join([plan.describe(), *verdict.problems[:30], verdict.line()])
 
 
+@pytest.mark.serial
 @pytest.mark.timeout(420)
 def test_short_soak(tmp_path: Path) -> None:
     _run(tmp_path, jobs=3_000, duration=45)

@@ -74,6 +74,7 @@ def test_thousand_jobs_across_types_and_priorities_each_run_once(
             assert mine and all(r.exists(ShardKeys(s).meta) for s in mine), (node.port, mine)
 
 
+@pytest.mark.serial
 def test_delayed_jobs_start_on_time_never_early(cluster_dispatcher, start_worker, ledger):
     start_worker(cluster_dispatcher.target, types="noop", concurrency=16)
     with Client(cluster_dispatcher.target) as client:

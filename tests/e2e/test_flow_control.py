@@ -146,6 +146,7 @@ def test_a_type_limit_holds_across_three_processes_and_a_handover(
     assert peak == 5, "the limit was never reached: the test shows nothing"
 
 
+@pytest.mark.serial
 @POSTGRES
 @pytest.mark.timeout(120)
 def test_a_rate_limit_paces_starts_and_charges_no_attempt(dispatcher, start_worker, ledger):

@@ -91,6 +91,7 @@ def test_always_failing_job_backs_off_then_dead_letters_and_requeues(dispatcher,
         assert client.get_job(job_id).failures == 1
 
 
+@pytest.mark.serial
 def test_delayed_jobs_start_on_time_never_early(dispatcher, start_worker, ledger):
     start_worker(dispatcher.target, types="noop", concurrency=16)
     with Client(dispatcher.target) as client:

@@ -48,6 +48,7 @@ def every_second(name: str, job_type: str, **fields: Any) -> Schedule:
     return Schedule(name=name, cron="* * * * * *", job_type=job_type, **fields)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_every_second_for_30_s_runs_each_second_once_and_on_time(
     dispatcher: DispatcherProcess, start_worker: Callable[..., WorkerProcess], ledger: Path, db_url: str

@@ -294,6 +294,7 @@ async def test_scripts_route_by_slot_and_reload_after_script_flush(cluster_ws, r
     assert cached_on() == set(redis_cluster.ports)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("kind", ["single", "cluster"])
 async def test_unreachable_redis_is_reported_within_a_second(kind: str) -> None:
     ports = [free_port() for _ in range(3)]
