@@ -227,6 +227,35 @@ class SearchQueries:
         n = int(rows[0][0])
         return (COUNT_CAP, False) if n > COUNT_CAP else (n, True)
 
+    # -- the bulk actions' writes ----------------------------------------------------------
+
+    async def due_now(self, ids: Sequence[str], run_at: int) -> int:
+        """Run-now's row change: these jobs' run_at, those still delayed (after Redis made them due:
+        a reconcile after a Redis data loss then restores them due, not at their old time)."""
+        if not ids:
+            return 0
+        marks = ", ".join("?" * len(ids))
+        async with self.transaction() as tx:
+            rows = await tx.execute(
+                f"UPDATE jobs SET run_at = ? WHERE id IN ({marks}) AND status = 'delayed' RETURNING id",
+                [run_at, *ids],
+            )
+        return len(rows)
+
+    async def delete_finished_rows(self, ids: Sequence[str]) -> int:
+        """Delete these rows, those finished (checked again in the statement: a dead job requeued
+        meanwhile is not). The caller made sure Redis no longer holds their records."""
+        if not ids:
+            return 0
+        marks = ", ".join("?" * len(ids))
+        async with self.transaction() as tx:
+            rows = await tx.execute(
+                f"DELETE FROM jobs WHERE id IN ({marks}) AND status IN ('succeeded', 'cancelled', 'dead') "
+                "RETURNING id",
+                list(ids),
+            )
+        return len(rows)
+
 
 _TYPES = (
     "WITH RECURSIVE t(type, n) AS ("
