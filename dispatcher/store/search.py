@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 #: Most job types the loose scan of ``jobs_type_id`` lists (one index probe per type).
 MAX_TYPES = 10_000
+#: A query of up to this many job types reads each type's page apart and merges them (JobQuery.page).
+MAX_MERGED_TYPES = 64
 #: SQLite counts matches up to this many (it has no planner estimate to fall back on).
 COUNT_CAP = 10_000
 #: PostgreSQL: a search statement that runs longer is cancelled and the caller told to narrow it.
@@ -77,6 +79,32 @@ class JobQuery:
 
     def matches_nothing(self) -> bool:
         return self.types is not None and not self.types
+
+    def page(
+        self, backend: str, columns: str, limit: int, after_id: str, newest_first: bool
+    ) -> tuple[str, list[Any]]:
+        """The statement of one page: ``limit`` rows by id after ``after_id`` (keyset). A query of a
+        few job types reads each type's rows in id order on its own (``jobs_type_id``, or
+        ``jobs_dead`` with a dead reason) and merges them, so each scan stops at the page: the
+        single scan of ``type IN (...)`` would read every row of those types and sort them."""
+        order = "DESC" if newest_first else "ASC"
+
+        def one(query: JobQuery) -> tuple[str, list[Any]]:
+            where, params = query.where(backend)
+            if after_id:
+                where += " AND id < ?" if newest_first else " AND id > ?"
+                params.append(after_id)
+            return f"SELECT {columns} FROM jobs WHERE {where} ORDER BY id {order} LIMIT ?", [*params, limit]
+
+        if self.types is None or not 1 < len(self.types) <= MAX_MERGED_TYPES:
+            return one(self)
+        parts, params = [], []
+        for i, job_type in enumerate(self.types):
+            sql, values = one(replace(self, types=(job_type,)))
+            parts.append(f"SELECT * FROM ({sql}) AS t{i}")
+            params += values
+        merged = " UNION ALL ".join(parts)
+        return f"SELECT * FROM ({merged}) AS merged ORDER BY id {order} LIMIT ?", [*params, limit]
 
     def where(self, backend: str) -> tuple[str, list[Any]]:
         sql: list[str] = []
@@ -186,15 +214,9 @@ class SearchQueries:
 
         if query.matches_nothing():
             return []
-        where, params = query.where(self.backend)
-        if after_id:
-            where += " AND id < ?" if newest_first else " AND id > ?"
-            params.append(after_id)
-        order = "DESC" if newest_first else "ASC"
+        sql, params = query.page(self.backend, COLUMNS, limit, after_id, newest_first)
         async with self.search_transaction() as tx:
-            rows = await tx.execute(
-                f"SELECT {COLUMNS} FROM jobs WHERE {where} ORDER BY id {order} LIMIT ?", [*params, limit]
-            )
+            rows = await tx.execute(sql, params)
         return [JobRow.from_row(r) for r in rows]
 
     async def search_ids(
@@ -204,13 +226,9 @@ class SearchQueries:
         oldest first: what a bulk action needs to act on each."""
         if query.matches_nothing():
             return []
-        where, params = query.where(self.backend)
+        sql, params = query.page(self.backend, "id, shard, type, priority, status", limit, after_id, False)
         async with self.search_transaction() as tx:
-            rows = await tx.execute(
-                f"SELECT id, shard, type, priority, status FROM jobs WHERE {where} AND id > ? "
-                "ORDER BY id LIMIT ?",
-                [*params, after_id, limit],
-            )
+            rows = await tx.execute(sql, params)
         return [(str(r[0]), int(r[1]), str(r[2]), int(r[3]), str(r[4])) for r in rows]
 
     async def count_jobs(self, query: JobQuery) -> tuple[int, bool]:
