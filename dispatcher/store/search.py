@@ -145,13 +145,21 @@ class JobQuery:
             sql.append("status = 'dead' AND dead_reason = ?")
             params.append(self.dead_reason)
         if self.error_contains:
-            sql.append("strpos(last_error, ?) > 0" if backend == "postgres" else "instr(last_error, ?) > 0")
-            params.append(self.error_contains)
+            if backend == "postgres":  # LIKE, which a trigram index serves (docs/operations.md)
+                sql.append("last_error LIKE ?")
+                params.append(f"%{_like_escaped(self.error_contains)}%")
+            else:  # SQLite's LIKE ignores case
+                sql.append("instr(last_error, ?) > 0")
+                params.append(self.error_contains)
         for condition in self.payload:
             clause, values = (_pg_payload if backend == "postgres" else _sqlite_payload)(condition)
             sql.append(clause)
             params.extend(values)
         return " AND ".join(sql) or "TRUE", params
+
+
+def _like_escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def pg_payload_expression(path: Sequence[str]) -> str:
