@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -82,8 +83,6 @@ def _time(ms: int) -> str:
 
 
 def _json(job: JobInfo) -> dict[str, Any]:
-    from dataclasses import asdict
-
     data = asdict(job)
     data["payload"] = job.payload.decode(errors="replace")
     data["result"] = job.result.decode(errors="replace")

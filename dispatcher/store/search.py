@@ -27,7 +27,7 @@ import grpc
 from shardq_common.errors import DispatcherError
 
 if TYPE_CHECKING:
-    from .base import JobRow, Tx
+    from .base import Tx
 
 #: Most job types the loose scan of ``jobs_type_id`` lists (one index probe per type).
 MAX_TYPES = 10_000
@@ -212,20 +212,6 @@ class SearchQueries:
         async with self.transaction() as tx:
             rows = await tx.execute(_TYPES, (MAX_TYPES,))
         return [str(r[0]) for r in rows]
-
-    async def search_jobs(
-        self, query: JobQuery, limit: int, after_id: str = "", *, newest_first: bool = True
-    ) -> list[JobRow]:
-        """Up to ``limit`` rows matching ``query``, by id (newest or oldest first), after ``after_id``
-        in that order."""
-        from .base import COLUMNS, JobRow
-
-        if query.matches_nothing():
-            return []
-        sql, params = query.page(self.backend, COLUMNS, limit, after_id, newest_first)
-        async with self.search_transaction() as tx:
-            rows = await tx.execute(sql, params)
-        return [JobRow.from_row(r) for r in rows]
 
     async def search_ids(
         self, query: JobQuery, limit: int, after_id: str = ""
