@@ -305,9 +305,9 @@ class JobService(pb_grpc.JobServiceServicer):
         digest = search.digest(newest_first)
         after = job_filter.decode_cursor(request.cursor, digest, newest_first) if request.cursor else ""
         query = await self._resolve(search)
-        # This process's status writes first: what it changed is in the rows read (another
-        # process's lag by SHARDQ_FLUSH_INTERVAL_MS at most; Redis's state is overlaid below).
-        await self.writer.flush()
+        # No flush of the status writer first (a dashboard polling would make it commit early, on
+        # the hot path): the rows lag Redis by SHARDQ_FLUSH_INTERVAL_MS at most, and Redis's state
+        # is overlaid below.
         rows = await self.store.search_jobs(query, limit + 1, after, newest_first=newest_first)
         more = len(rows) > limit
         rows = [r for r in rows[:limit] if auth.may_use(r.type)]
