@@ -333,10 +333,13 @@ class JobService(pb_grpc.JobServiceServicer):
     async def BulkJobs(self, request: pb.BulkJobsRequest, context: Any) -> pb.BulkJobsResponse:
         action = bulk_actions.action(request.action)
         max_jobs = bulk_actions.limit(request.limit)
+        after_id = validation.job_id(request.after_id, "after_id") if request.after_id else ""
         query = await self._resolve(job_filter.parse(request.filter))
         await self.writer.flush()  # the rows read are as this process's transitions left them
-        outcome = await self.bulk.run(action, query, max_jobs, request.dry_run)
-        return pb.BulkJobsResponse(matched=outcome.matched, touched=outcome.touched, more=outcome.more)
+        outcome = await self.bulk.run(action, query, max_jobs, request.dry_run, after_id)
+        return pb.BulkJobsResponse(
+            matched=outcome.matched, touched=outcome.touched, more=outcome.more, last_id=outcome.last_id
+        )
 
     async def _resolve(self, search: job_filter.SearchFilter) -> JobQuery:
         """The filter's types made exact (patterns, scope); the DB's types are read only if needed."""

@@ -136,13 +136,17 @@ def cmd_bulk(client: Client, args: argparse.Namespace) -> Any:
         return {"would_touch": found.matched, "more": found.more}, text
     touched = matched = 0
     left = args.limit or None
+    after_id = ""
     while True:
-        result = client.bulk_jobs(action, selected, limit=min(JOBS_PER_CALL, left or JOBS_PER_CALL))
+        result = client.bulk_jobs(
+            action, selected, limit=min(JOBS_PER_CALL, left or JOBS_PER_CALL), after_id=after_id
+        )
         touched += result.touched
         matched += result.matched
+        after_id = result.last_id
         if left is not None:
             left -= result.matched
-        if not result.more or result.matched == 0 or (left is not None and left <= 0):
+        if not result.more or (left is not None and left <= 0):
             break
         print(f"{done} {touched} so far...", file=sys.stderr)
     return {"matched": matched, "touched": touched}, f"{touched} job(s) {done} ({matched} matched)"
