@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
@@ -352,6 +352,12 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
         in that order."""
         if query.matches_nothing():
             return []
+        if not newest_first and not after_id and query.finished_after_ms is not None:
+            floor = await self.finished_floor(query)
+            if floor is None:
+                return []
+            if floor > query.min_id:
+                query = replace(query, min_id=floor)
         sql, params = query.page(self.backend, COLUMNS, limit, after_id, newest_first)
         async with self.search_transaction() as tx:
             rows = await tx.execute(sql, params)

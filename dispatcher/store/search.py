@@ -39,6 +39,9 @@ COUNT_CAP = 10_000
 SEARCH_TIMEOUT_MS = 5_000
 #: PostgreSQL: an exact count that takes longer gives way to the planner's estimate.
 COUNT_TIMEOUT_MS = 100
+#: PostgreSQL: the lookup of where the jobs finished since a time start (finished_floor) gives up
+#: after this long, and the search walks from the oldest job.
+FLOOR_TIMEOUT_MS = 60
 
 
 class SearchTooSlow(DispatcherError):
@@ -212,6 +215,13 @@ class SearchQueries:
         async with self.transaction() as tx:
             rows = await tx.execute(_TYPES, (MAX_TYPES,))
         return [str(r[0]) for r in rows]
+
+    async def finished_floor(self, query: JobQuery) -> str | None:
+        """A lower bound of the ids of the jobs that finished at or after ``query.finished_after_ms``
+        ("" when it is not known; None when no job did), for a search oldest first: without it the
+        walk starts at the oldest job, though the jobs that finished lately were mostly created
+        lately. Here: unknown; PostgreSQL looks it up in ``jobs_finished`` within a time bound."""
+        return ""
 
     async def search_ids(
         self, query: JobQuery, limit: int, after_id: str = ""
