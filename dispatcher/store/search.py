@@ -41,7 +41,7 @@ SEARCH_TIMEOUT_MS = 5_000
 COUNT_TIMEOUT_MS = 100
 #: PostgreSQL: the lookup of where the jobs finished since a time start (finished_floor) gives up
 #: after this long, and the search walks from the oldest job.
-FLOOR_TIMEOUT_MS = 60
+FLOOR_TIMEOUT_MS = 80
 
 
 class SearchTooSlow(DispatcherError):
