@@ -68,6 +68,9 @@ METHOD_ROLES: dict[str, frozenset[Role]] = {
     _JOBS + "RequeueDead": _ONLY_ADMIN,
     _JOBS + "PurgeDead": _ONLY_ADMIN,
     _JOBS + "PruneJobs": _ONLY_ADMIN,
+    # A producer searches the jobs of the types it may enqueue (its scope filters the query).
+    _JOBS + "ListJobs": frozenset({PRODUCER}),
+    _JOBS + "BulkJobs": _ONLY_ADMIN,
     _WORKERS + "Connect": frozenset({WORKER}),
     _SHARDS + "GetShardMap": frozenset({PRODUCER, WORKER, PEER}),  # clients send jobs to shard owners
     _SHARDS + "Rebalance": _ONLY_ADMIN,
@@ -261,3 +264,9 @@ def check_types(types: Iterable[str], what: str) -> None:
 def may_use(job_type: str) -> bool:
     principal = current()
     return principal is None or principal.may_use(job_type)
+
+
+def scoped() -> bool:
+    """Whether the caller's token limits the job types it may use."""
+    principal = current()
+    return principal is not None and bool(principal.types)

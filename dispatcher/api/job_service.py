@@ -21,19 +21,21 @@ from .. import PROTOCOL_VERSION, __version__
 from ..config import Settings
 from ..ops.redis_errors import REDIS_ERRORS, redis_transient
 from ..ops.redis_faults import note_redis_error
-from ..queue import validation
+from ..queue import job_filter, validation
 from ..queue.cancel import Canceller
 from ..queue.flow import retention
 from ..queue.ingest import Ingestor
 from ..queue.ownership import Ownership
 from ..queue.pruner import STATUSES, prune_older_than
 from ..queue.reconciler import record_from_row
+from ..queue.records import JobRecord
 from ..queue.shard_loops import ShardLoops
 from ..queue.states import JobState
 from ..queue.status_writer import StatusWriter
 from ..queue.working_set import NewJob, WorkingSet
-from ..store import DeadFilter, JobRow, Store
-from . import auth
+from ..store import DeadFilter, JobQuery, JobRow, Store
+from . import auth, bulk_actions
+from .bulk_actions import BulkActions
 
 log = structlog.get_logger("shardq.job_service")
 R = TypeVar("R")
@@ -100,6 +102,7 @@ class JobService(pb_grpc.JobServiceServicer):
         self.canceller = canceller
         self.ownership = ownership  # the epoch of a shard a requeue writes to
         self.loops = loops  # a requeued job's promoter, when this process owns its shard
+        self.bulk = BulkActions(store, working_set, canceller, loops, self._requeue)
 
     @rpc
     async def Enqueue(self, request: pb.EnqueueRequest, context: Any) -> pb.EnqueueResponse:
@@ -139,13 +142,7 @@ class JobService(pb_grpc.JobServiceServicer):
             record = None
         message = job_message(row)
         if record is not None:
-            message.status = _STATUS[str(record.state)]
-            message.attempts, message.failures = record.attempts, record.failures
-            message.expirations = record.expirations
-            message.rate_limited = max(message.rate_limited, record.rate_limited)
-            message.lease_until_ms = record.deadline_ms if record.state is JobState.LEASED else 0
-            if record.state in (JobState.DELAYED, JobState.READY):
-                message.run_at_ms = record.run_at_ms
+            overlay_live_state(message, record)
         return message
 
     async def _committed_row(self, job_id: str) -> JobRow | None:
@@ -300,6 +297,57 @@ class JobService(pb_grpc.JobServiceServicer):
         return pb.PruneJobsResponse(rows=rows, more=more)
 
     @rpc
+    async def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsResponse:
+        search = job_filter.parse(request.filter)
+        limit = job_filter.page_size(request.limit)
+        payload_bytes = job_filter.payload_bytes(request.max_payload_bytes)
+        newest_first = not request.oldest_first
+        digest = search.digest(newest_first)
+        after = job_filter.decode_cursor(request.cursor, digest, newest_first) if request.cursor else ""
+        query = await self._resolve(search)
+        # No flush of the status writer first (a dashboard polling would make it commit early, on
+        # the hot path): the rows lag Redis by SHARDQ_FLUSH_INTERVAL_MS at most, and Redis's state
+        # is overlaid below.
+        rows = await self.store.search_jobs(query, limit + 1, after, newest_first=newest_first)
+        more = len(rows) > limit
+        rows = [r for r in rows[:limit] if auth.may_use(r.type)]
+        records = await self.working_set.records([(r.shard, r.id) for r in rows])
+        jobs = []
+        for row in rows:
+            message = job_message(row)
+            record = records.get(row.id)
+            # A record that finished after the row was read has its outcome in the DB only: the row
+            # is shown as it is until that write commits (as GetJob does).
+            if record is not None and not (record.state in _OUTCOMES and row.status != record.state):
+                overlay_live_state(message, record)
+            _cut(message, payload_bytes)
+            jobs.append(message)
+        reply = pb.ListJobsResponse(jobs=jobs)
+        if more:
+            reply.next_cursor = job_filter.encode_cursor(rows[-1].id, digest, newest_first)
+        if request.with_total:
+            reply.total, reply.total_exact = await self.store.count_jobs(query)
+        return reply
+
+    @rpc
+    async def BulkJobs(self, request: pb.BulkJobsRequest, context: Any) -> pb.BulkJobsResponse:
+        action = bulk_actions.action(request.action)
+        max_jobs = bulk_actions.limit(request.limit)
+        after_id = validation.job_id(request.after_id, "after_id") if request.after_id else ""
+        query = await self._resolve(job_filter.parse(request.filter))
+        await self.writer.flush()  # the rows read are as this process's transitions left them
+        outcome = await self.bulk.run(action, query, max_jobs, request.dry_run, after_id)
+        return pb.BulkJobsResponse(
+            matched=outcome.matched, touched=outcome.touched, more=outcome.more, last_id=outcome.last_id
+        )
+
+    async def _resolve(self, search: job_filter.SearchFilter) -> JobQuery:
+        """The filter's types made exact (patterns, scope); the DB's types are read only if needed."""
+        scoped = auth.scoped()
+        known = await self.store.job_types() if search.needs_known_types(scoped) else []
+        return search.resolve(known, auth.may_use, scoped)
+
+    @rpc
     async def GetVersion(self, request: pb.GetVersionRequest, context: Any) -> pb.GetVersionResponse:
         return pb.GetVersionResponse(
             version=__version__, protocol=PROTOCOL_VERSION, shard_count=self.settings.shard_count
@@ -308,6 +356,34 @@ class JobService(pb_grpc.JobServiceServicer):
     def _filter(self, f: pb.DeadFilter) -> DeadFilter:
         job_type = validation.job_type(f.type, "filter.type") if f.type else ""
         return DeadFilter(job_type, validation.dead_reason(f.reason, "filter.reason"))
+
+
+def overlay_live_state(message: pb.Job, record: JobRecord) -> None:
+    """Redis holds the live state; the row may lag it by the write-behind interval."""
+    message.status = _STATUS[str(record.state)]
+    message.attempts, message.failures = record.attempts, record.failures
+    message.expirations = record.expirations
+    message.rate_limited = max(message.rate_limited, record.rate_limited)
+    message.lease_until_ms = record.deadline_ms if record.state is JobState.LEASED else 0
+    if record.state in (JobState.DELAYED, JobState.READY):
+        message.run_at_ms = record.run_at_ms
+
+
+#: Characters of last_error a listed job keeps (its end: a traceback's last line says most).
+LISTED_ERROR_CHARS = 2000
+
+
+def _cut(message: pb.Job, payload_bytes: int) -> None:
+    """A listed job's large fields, cut to size (GetJob returns them whole)."""
+    if len(message.payload) > payload_bytes:
+        message.payload = message.payload[:payload_bytes]
+        message.truncated = True
+    if len(message.result) > payload_bytes:
+        message.result = message.result[:payload_bytes]
+        message.truncated = True
+    if len(message.last_error) > LISTED_ERROR_CHARS:
+        message.last_error = message.last_error[-LISTED_ERROR_CHARS:]
+        message.truncated = True
 
 
 def job_message(row: JobRow) -> pb.Job:

@@ -543,6 +543,18 @@ class WorkingSet:
         _check_owner(r, shard)
         return Restored(int(r[0]), int(r[1]))
 
+    async def run_now(self, shard: int, ids: Sequence[str], now: int) -> list[str]:
+        """Make these delayed jobs due at ``now`` (run_now.lua); returns those it changed. The shard's
+        promoter then moves them to their ready sets."""
+        k = ShardKeys(shard)
+        moved: list[str] = []
+        for start in range(0, len(ids), SCRIPT_BATCH):
+            r = await self.scripts.run_now(
+                keys=[k.jobs, k.delayed], args=[now, *ids[start : start + SCRIPT_BATCH]]
+            )
+            moved += [_s(x) for x in r]
+        return moved
+
     async def note_unpushed(self, shard: int, ids: Sequence[str], now: int) -> None:
         """These committed jobs' push failed: the reconciler that restores them knows it is no loss."""
         for start in range(0, len(ids), SCRIPT_BATCH):
@@ -638,3 +650,21 @@ class WorkingSet:
     async def record(self, shard: int, job_id: str) -> JobRecord | None:
         raw = await self.redis.hget(ShardKeys(shard).jobs, job_id)
         return JobRecord.unpack(raw) if raw else None
+
+    async def records(self, jobs: Sequence[tuple[int, str]]) -> dict[str, JobRecord]:
+        """The records of these (shard, id) jobs that Redis holds, in one round trip (a pipeline)."""
+        by_shard: dict[int, list[str]] = {}
+        for shard, job_id in jobs:
+            by_shard.setdefault(shard, []).append(job_id)
+        if not by_shard:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard, ids in by_shard.items():
+                pipe.hmget(ShardKeys(shard).jobs, ids)
+            replies = await pipe.execute()
+        out = {}
+        for ids, raws in zip(by_shard.values(), replies, strict=True):
+            for job_id, raw in zip(ids, raws, strict=True):
+                if raw:
+                    out[job_id] = JobRecord.unpack(raw)
+        return out
