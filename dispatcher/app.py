@@ -61,7 +61,9 @@ class Dispatcher:
         self.advertise = advertise
         self.dispatcher_id = settings.member_id(advertise)
         self.working_set = WorkingSet(redis)
-        self.writer = StatusWriter(store, self.working_set, settings.flush_interval_ms)
+        self.writer = StatusWriter(
+            store, self.working_set, settings.flush_interval_ms, attempt_history=settings.attempt_history
+        )
         self.ownership = Ownership(
             self.dispatcher_id,
             store,

@@ -7,6 +7,7 @@ from ._client import AsyncClient, Client
 from ._context import JobContext
 from ._convert import (
     DEAD_REASONS,
+    AttemptInfo,
     DispatcherInfo,
     JobInfo,
     QueueStats,
@@ -38,6 +39,7 @@ from ._worker import Handler, Worker, serve
 __all__ = [
     "DEAD_REASONS",
     "AsyncClient",
+    "AttemptInfo",
     "Client",
     "DispatcherInfo",
     "Handler",

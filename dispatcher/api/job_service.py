@@ -32,7 +32,7 @@ from ..queue.shard_loops import ShardLoops
 from ..queue.states import JobState
 from ..queue.status_writer import StatusWriter
 from ..queue.working_set import NewJob, WorkingSet
-from ..store import DeadFilter, JobRow, Store
+from ..store import AttemptRow, DeadFilter, JobRow, Store
 from . import auth
 
 log = structlog.get_logger("shardq.job_service")
@@ -146,6 +146,7 @@ class JobService(pb_grpc.JobServiceServicer):
             message.lease_until_ms = record.deadline_ms if record.state is JobState.LEASED else 0
             if record.state in (JobState.DELAYED, JobState.READY):
                 message.run_at_ms = record.run_at_ms
+        message.attempt_history.extend(attempt_message(a) for a in await self.store.get_attempts(job_id))
         return message
 
     async def _committed_row(self, job_id: str) -> JobRow | None:
@@ -336,4 +337,26 @@ def job_message(row: JobRow) -> pb.Job:
         concurrency_key=row.concurrency_key or "",
         rate_limited=row.rate_limited,
         headers=json.loads(row.headers) if row.headers else None,
+        progress=row.progress or "",
+    )
+
+
+_OUTCOMES_PB = {
+    "succeeded": pb.ATTEMPT_OUTCOME_SUCCEEDED,
+    "failed": pb.ATTEMPT_OUTCOME_FAILED,
+    "lease_expired": pb.ATTEMPT_OUTCOME_LEASE_EXPIRED,
+    "cancelled": pb.ATTEMPT_OUTCOME_CANCELLED,
+    "rate_limited": pb.ATTEMPT_OUTCOME_RATE_LIMITED,
+}
+
+
+def attempt_message(a: AttemptRow) -> pb.Attempt:
+    return pb.Attempt(
+        attempt=a.attempt,
+        worker_id=a.worker or "",
+        started_at_ms=a.started_at or 0,
+        finished_at_ms=a.finished_at or 0,
+        outcome=_OUTCOMES_PB.get(a.outcome or "", pb.ATTEMPT_OUTCOME_UNSPECIFIED),
+        error=a.error or "",
+        traceback=a.traceback or "",
     )

@@ -19,7 +19,7 @@ from .. import PROTOCOL_VERSION
 from ..ops import metrics
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
-from ..queue import validation
+from ..queue import attempts, validation
 from ..queue.lease_returns import LeaseReturns
 from ..queue.sessions import RESULTS_GRACE_S, SessionContext, WorkerSession
 from ..queue.states import ExtendCode
@@ -244,7 +244,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     session.log.info("stale ack rejected", job=job_id, token=token)
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
-                self.writer.record(shard, transition_update(t, now, result=result))
+                self.writer.record(
+                    shard, transition_update(t, now, result=result), attempt=attempts.succeeded(t, now)
+                )
                 acked.append(t)
                 session.log.debug("job acked", job=job_id, type=t.job_type, shard=shard, attempt=t.attempts)
         self.transitions.finished(acked, "ack")
@@ -284,7 +286,17 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 if t is None:
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
-                self.writer.record(shard, transition_update(t, now, error=error or "error"))
+                self.writer.record(
+                    shard,
+                    transition_update(t, now, error=error or "error"),
+                    attempt=attempts.nacked(
+                        t,
+                        now,
+                        error or "error",
+                        rate_limited=spec.rate_limited,
+                        max_traceback=self.settings.max_traceback_chars,
+                    ),
+                )
                 self.transitions.after(t)
                 self.transitions.finished([t], "nack")
                 if spec.rate_limited:

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from worker_sdk import DEAD_REASONS, Client, JobInfo, ShardqError
+from worker_sdk import DEAD_REASONS, AttemptInfo, Client, JobInfo, ShardqError
 
 from . import ctl_queues, ctl_retention, ctl_schedules
 from .extra import missing_extra_message
@@ -84,7 +84,31 @@ def _job_rows(job: JobInfo) -> list[tuple[str, Any]]:
         ("shard", job.shard),
         ("payload", job.payload.decode(errors="replace") or "-"),
         ("last_error", (job.last_error or "-").strip().splitlines()[-1] if job.last_error else "-"),
+        ("progress", "-" if job.progress is None else json.dumps(job.progress)),
+        ("result", job.result.decode(errors="replace") or "-"),
     ]
+
+
+def _duration(a: AttemptInfo) -> str:
+    if not (a.finished_at_ms and a.started_at_ms):
+        return "-"
+    return f"{(a.finished_at_ms - a.started_at_ms) / 1000:.3f}s"
+
+
+def _timeline(job: JobInfo) -> str:
+    """The job's runs, oldest first, then the traceback of each failed one."""
+    if not job.attempt_history:
+        return "attempts: none recorded"
+    rows = [
+        (a.attempt, a.worker_id or "-", _time(a.started_at_ms), _time(a.finished_at_ms), _duration(a),
+         a.outcome, a.error or "-")
+        for a in job.attempt_history
+    ]  # fmt: skip
+    text = "attempts:\n" + table(["#", "worker", "started", "finished", "took", "outcome", "error"], rows)
+    for a in job.attempt_history:
+        if a.traceback:
+            text += f"\n\nattempt {a.attempt} traceback:\n" + a.traceback.rstrip()
+    return text
 
 
 def _job_json(job: JobInfo) -> dict[str, Any]:
@@ -96,7 +120,7 @@ def _job_json(job: JobInfo) -> dict[str, Any]:
 
 def cmd_job_show(client: Client, args: argparse.Namespace) -> Any:
     job = client.get_job(args.id)
-    return _job_json(job), table(["field", "value"], _job_rows(job))
+    return _job_json(job), table(["field", "value"], _job_rows(job)) + "\n\n" + _timeline(job)
 
 
 def cmd_job_cancel(client: Client, args: argparse.Namespace) -> Any:
