@@ -34,6 +34,7 @@ from ._transactional import (
     enqueue_many_in_transaction,
     enqueue_many_in_transaction_async,
 )
+from ._waiting import JobCancelledError, JobDeadError, JobNotSucceededError
 from ._worker import Handler, Worker, serve
 
 __all__ = [
@@ -45,7 +46,10 @@ __all__ = [
     "Handler",
     "InvalidArgumentError",
     "JobContext",
+    "JobCancelledError",
+    "JobDeadError",
     "JobInfo",
+    "JobNotSucceededError",
     "NotFoundError",
     "QueueInfo",
     "QueueSettings",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -31,6 +31,7 @@ from ..queue.reconciler import record_from_row
 from ..queue.shard_loops import ShardLoops
 from ..queue.states import JobState
 from ..queue.status_writer import StatusWriter
+from ..queue.watches import WATCH_RECHECK_S, Watches
 from ..queue.working_set import NewJob, WorkingSet
 from ..store import AttemptRow, DeadFilter, JobRow, Store
 from . import auth
@@ -50,6 +51,7 @@ MAX_LIST = 10_000
 DEFAULT_PRUNE_ROWS = 100_000
 MAX_PRUNE_ROWS = 1_000_000
 STATS_SETTLE_S = 2.0
+_FINAL = frozenset({pb.JOB_STATUS_SUCCEEDED, pb.JOB_STATUS_DEAD, pb.JOB_STATUS_CANCELLED})
 # Terminal states whose details (result, error) only the DB row holds.
 _OUTCOMES = (JobState.SUCCEEDED, JobState.DEAD)
 
@@ -91,7 +93,9 @@ class JobService(pb_grpc.JobServiceServicer):
         canceller: Canceller,
         ownership: Ownership,
         loops: ShardLoops,
+        watches: Watches,
     ) -> None:
+        self.watches = watches  # the WatchJob streams open in this process
         self.settings = settings
         self.store = store
         self.working_set = working_set
@@ -125,7 +129,48 @@ class JobService(pb_grpc.JobServiceServicer):
     @rpc
     async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:
         job_id = validation.job_id(request.job_id)
-        row = await self._committed_row(job_id)
+        message = await self._job_now(job_id)
+        message.attempt_history.extend(attempt_message(a) for a in await self.store.get_attempts(job_id))
+        return message
+
+    async def WatchJob(
+        self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.JobEvent]:
+        """The job now, then at each change (status, counters, progress) until it finishes. Read as
+        GetJob reads it, when this process records news of it (a transition or a progress report
+        here: it owns the job's shard) and every WATCH_RECHECK_S otherwise (another process owns
+        it): so the final event carries the committed outcome, wherever the job ran."""
+        try:
+            job_id = validation.job_id(request.job_id, "job_id")
+            with self.watches.open(job_id) as watch:
+                shown: tuple[Any, ...] | None = None
+                while True:
+                    # Without a flush first: a watched job's lease must not force out every deferred
+                    # status write of the process. Its end is flushed (the outcome is in the row).
+                    job = await self._job_now(job_id, flush_first=False)
+                    final = job.status in _FINAL
+                    if watch.progress is not None and not final:
+                        job.progress = watch.progress  # this process heard it; the DB has it within a second
+                    job.ClearField("payload")
+                    seen = (
+                        job.status, job.progress, job.attempts, job.failures, job.expirations,
+                        job.rate_limited, job.run_at_ms, job.started_at_ms,
+                    )  # fmt: skip
+                    if seen != shown or final:
+                        yield pb.JobEvent(job=job, final=final)
+                        shown = seen
+                    if final:
+                        return
+                    await watch.wait(WATCH_RECHECK_S)
+        except DispatcherError as exc:
+            await context.abort(exc.code, str(exc))
+        except REDIS_ERRORS as exc:
+            note_redis_error("rpc", exc, method="WatchJob")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {exc}")
+
+    async def _job_now(self, job_id: str, *, flush_first: bool = True) -> pb.Job:
+        """The job as GetJob reports it, without its attempts: its row, with Redis's live state."""
+        row = await (self._committed_row(job_id) if flush_first else self.store.get_job(job_id))
         if row is None:
             raise NotFound(f"no job {job_id}")
         auth.check_types([row.type], "job_id")  # a producer reads the jobs of the types it may enqueue
@@ -146,7 +191,6 @@ class JobService(pb_grpc.JobServiceServicer):
             message.lease_until_ms = record.deadline_ms if record.state is JobState.LEASED else 0
             if record.state in (JobState.DELAYED, JobState.READY):
                 message.run_at_ms = record.run_at_ms
-        message.attempt_history.extend(attempt_message(a) for a in await self.store.get_attempts(job_id))
         return message
 
     async def _committed_row(self, job_id: str) -> JobRow | None:

@@ -123,6 +123,37 @@ def cmd_job_show(client: Client, args: argparse.Namespace) -> Any:
     return _job_json(job), table(["field", "value"], _job_rows(job)) + "\n\n" + _timeline(job)
 
 
+def _event_line(job: JobInfo) -> str:
+    progress = "-" if job.progress is None else json.dumps(job.progress)
+    return (
+        f"{datetime.now(tz=UTC).isoformat(timespec='milliseconds')}  {job.status:<9}  "
+        f"attempt {job.attempts}/{job.max_attempts}  progress {progress}"
+    )
+
+
+def cmd_job_watch(client: Client, args: argparse.Namespace) -> Any:
+    """Print the job's changes live (one line each, or a JSON object per line with --json) until it
+    finishes, then its outcome."""
+    if args.wait is not None and not args.wait > 0:
+        raise UsageError("--wait must be a number of seconds above 0")
+    job = None
+    try:
+        for job in client.watch(args.id, timeout=args.wait):
+            line = json.dumps(_job_json(job)) if args.json else _event_line(job)
+            print(line, flush=True)
+    except TimeoutError as exc:
+        raise ShardqError(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)) from None
+    assert job is not None
+    if job.status == "succeeded":
+        text = f"{job.id} succeeded; result: {job.result.decode(errors='replace') or '-'}"
+    elif job.status == "dead":
+        last = job.last_error.strip().splitlines()[-1] if job.last_error else "-"
+        text = f"{job.id} is dead ({job.dead_reason}): {last}"
+    else:
+        text = f"{job.id} was cancelled"
+    return {"job_id": job.id, "status": job.status}, text
+
+
 def cmd_job_cancel(client: Client, args: argparse.Namespace) -> Any:
     status = client.cancel(args.id)
     text = {
@@ -358,6 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = job.add_parser("show")
     p.add_argument("id")
     p.set_defaults(func=cmd_job_show)
+    p = job.add_parser("watch", help="follow a job live (status, progress) until it finishes")
+    p.add_argument("id")
+    p.add_argument("--wait", type=float, help="give up after this many seconds (default: no limit)")
+    p.set_defaults(func=cmd_job_watch)
     p = job.add_parser("cancel")
     p.add_argument("id")
     p.set_defaults(func=cmd_job_cancel)

@@ -28,11 +28,13 @@ from shardq_common.clock import steady_ms
 from shardq_common.errors import StoreUnavailable
 from shardq_common.wakeup import Wakeup, cancelling
 
+from ..ops import metrics
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from ..store import AttemptUpdate, Store, StoreUpdate
 from . import failpoints
 from .states import JobState
+from .watches import Watches
 from .working_set import Grant, Transition, WorkingSet
 
 log = structlog.get_logger("shardq.status_writer")
@@ -70,8 +72,15 @@ class _Entry:
 
 class StatusWriter:
     def __init__(
-        self, store: Store, working_set: WorkingSet, flush_interval_ms: int, *, attempt_history: bool = True
+        self,
+        store: Store,
+        working_set: WorkingSet,
+        flush_interval_ms: int,
+        *,
+        attempt_history: bool = True,
+        watches: Watches | None = None,
     ) -> None:
+        self.watches = watches or Watches(0)  # told of every update and progress report recorded
         self.store = store
         self.working_set = working_set
         self.interval = flush_interval_ms / 1000
@@ -106,6 +115,7 @@ class StatusWriter:
             old.not_before = min(old.not_before, not_before)
         if attempt is not None and self.attempt_history:
             old.add_attempt(attempt)
+        self.watches.changed((update.id,))
         if not defer_ms or not self._next_deferred or not_before < self._next_deferred:
             self._next_deferred = not_before
             self._wake.set()
@@ -121,6 +131,7 @@ class StatusWriter:
         """A job's latest progress report (JSON), written within PROGRESS_WRITE_DELAY_MS (or with its
         final status, when it finishes first); one report replaces the one before it."""
         self._progress_pending[job_id] = progress
+        self.watches.progress(job_id, progress)
         if not self._progress_due:
             self._progress_due = steady_ms() + PROGRESS_WRITE_DELAY_MS
             asyncio.get_running_loop().call_later(PROGRESS_WRITE_DELAY_MS / 1000, self._wake.set)
@@ -297,6 +308,8 @@ class StatusWriter:
                         self._pending[job_id] = entry
                 raise
             self._committing = {}
+            if progress:
+                metrics.PROGRESS_WRITES.inc(len(progress))
             finished: dict[int, set[str]] = defaultdict(set)
             for entry in batch.values():
                 if entry.update.status in _TERMINAL:
