@@ -42,6 +42,18 @@ def expired(t: Transition, now: int) -> AttemptUpdate:
     return AttemptUpdate(t.id, t.run, finished_at=now, outcome="lease_expired")
 
 
+def caught_up(t: Transition, now: int) -> AttemptUpdate:
+    """The end of a run that a reconcile found finished in Redis and not in the DB (its owner died
+    before its status write): the outcome is known, the worker's error text is not."""
+    if t.state is JobState.SUCCEEDED:
+        outcome = "succeeded"
+    elif t.state is JobState.CANCELLED:
+        outcome = "cancelled"
+    else:
+        outcome = "lease_expired" if t.dead_reason == "lease_expired" else "failed"
+    return AttemptUpdate(t.id, t.run, finished_at=now, outcome=outcome)
+
+
 def split_error(text: str, max_traceback: int) -> tuple[str, str | None]:
     """A worker's error text as (error, traceback). A Python traceback's error is its last line (the
     exception); the traceback keeps its last ``max_traceback`` characters from a line's start, the
