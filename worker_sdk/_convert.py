@@ -170,6 +170,8 @@ class JobInfo:
     attempt_history: tuple[AttemptInfo, ...] = ()
     #: The handler's latest ``ctx.progress(...)`` report (a number or a dict); None: none yet.
     progress: Any = None
+    #: The worker of its latest lease (its latest run); "" before its first.
+    worker_id: str = ""
 
     @classmethod
     def from_pb(cls, j: pb.Job) -> JobInfo:
@@ -198,6 +200,7 @@ class JobInfo:
             headers=dict(j.headers),
             attempt_history=tuple(AttemptInfo.from_pb(a) for a in j.attempt_history),
             progress=decode_progress(j.progress),
+            worker_id=j.worker_id,
         )
 
 

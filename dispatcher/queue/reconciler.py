@@ -218,6 +218,6 @@ class Reconciler:
                 dead_reason=rec.dead_reason,
                 rate_limited=rec.rate_limited,
             )
-            ended = attempts.caught_up(transition, now) if rec.attempts else None
+            ended = attempts.caught_up(transition, now)
             self.writer.record(shard, transition_update(transition, now, result=result), attempt=ended)
         return len(finished)
