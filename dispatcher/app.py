@@ -34,6 +34,7 @@ from .queue.shard_loops import ShardLoops
 from .queue.sql_enqueues import SqlEnqueues
 from .queue.status_writer import StatusWriter
 from .queue.transition_sink import TransitionSink
+from .queue.watches import Watches
 from .queue.working_set import WorkingSet
 from .schedules import file as schedules_file
 from .schedules.scheduler import Scheduler
@@ -61,7 +62,14 @@ class Dispatcher:
         self.advertise = advertise
         self.dispatcher_id = settings.member_id(advertise)
         self.working_set = WorkingSet(redis)
-        self.writer = StatusWriter(store, self.working_set, settings.flush_interval_ms)
+        self.watches = Watches(settings.max_watches)
+        self.writer = StatusWriter(
+            store,
+            self.working_set,
+            settings.flush_interval_ms,
+            attempt_history=settings.attempt_history,
+            watches=self.watches,
+        )
         self.ownership = Ownership(
             self.dispatcher_id,
             store,
@@ -189,6 +197,7 @@ class Dispatcher:
         """Stop leasing, tell workers to reconnect later (their leases stay valid: tokens live in
         Redis), release the shards so the other members take them at once, commit status."""
         self.sessions.shut_down()
+        self.watches.close()  # watchers reconnect now (elsewhere, or here once restarted)
         self.coordinator.stopping()
         # Their last results are read until each worker half-closes; they reach the status writer,
         # which commits them below.

@@ -7,6 +7,7 @@ from ._client import AsyncClient, Client
 from ._context import JobContext
 from ._convert import (
     DEAD_REASONS,
+    AttemptInfo,
     DispatcherInfo,
     JobInfo,
     QueueStats,
@@ -34,20 +35,25 @@ from ._transactional import (
     enqueue_many_in_transaction,
     enqueue_many_in_transaction_async,
 )
+from ._waiting import JobCancelledError, JobDeadError, JobNotSucceededError
 from ._worker import Handler, Worker, serve
 
 __all__ = [
     "BULK_ACTIONS",
     "DEAD_REASONS",
     "AsyncClient",
+    "AttemptInfo",
     "BulkResult",
     "Client",
     "DispatcherInfo",
     "Handler",
     "InvalidArgumentError",
     "JobContext",
+    "JobCancelledError",
+    "JobDeadError",
     "JobFilter",
     "JobInfo",
+    "JobNotSucceededError",
     "JobPage",
     "NotFoundError",
     "QueueInfo",

@@ -61,6 +61,7 @@ METHOD_ROLES: dict[str, frozenset[Role]] = {
     _JOBS + "Enqueue": frozenset({PRODUCER}),
     _JOBS + "EnqueueMany": frozenset({PRODUCER}),
     _JOBS + "GetJob": frozenset({PRODUCER}),
+    _JOBS + "WatchJob": frozenset({PRODUCER}),
     _JOBS + "CancelJob": frozenset({PRODUCER}),
     _JOBS + "Stats": frozenset({PRODUCER}),
     _JOBS + "GetVersion": frozenset({PRODUCER, WORKER, PEER}),

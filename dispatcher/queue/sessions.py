@@ -73,6 +73,8 @@ class WorkerSession:
         self.working_set = context.working_set
         self.writer = context.writer
         self.worker_id = worker_id
+        # Written with each lease as its run's worker, unless attempt history is off (then nothing of it is).
+        self._run_worker = worker_id if context.writer.attempt_history else None
         self.job_types = job_types
         self.concurrency = concurrency
         self.peer = peer
@@ -271,7 +273,7 @@ class WorkerSession:
         now = wall_ms()
         for g in grants:
             self.hold(g.id, g.token, g.shard)
-            self.writer.record(shard, lease_update(g, now), defer_ms=LEASE_WRITE_DELAY_MS)
+            self.writer.record(shard, lease_update(g, now, self._run_worker), defer_ms=LEASE_WRITE_DELAY_MS)
         self._send_leases(grants)
         if spans.enabled:
             spans.record(

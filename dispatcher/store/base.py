@@ -13,14 +13,14 @@ from shardq_common.clock import wall_ms
 from shardq_common.errors import ConfigError, StoreUnavailable
 
 from .queue_settings import QueueSettingsQueries
-from .retention import RetentionQueries
+from .retention import RetentionQueries, delete_attempts
 from .schedules import ScheduleQueries
 from .search import JobQuery, SearchQueries
 
 COLUMNS = (
     "id, type, shard, priority, payload, status, run_at, lease_until, attempts, failures, expirations, "
     "max_attempts, lease_ttl_ms, idem_key, last_error, dead_reason, result, enqueued_at, started_at, "
-    "finished_at, updated_at, schedule, concurrency_key, rate_limited, headers"
+    "finished_at, updated_at, schedule, concurrency_key, rate_limited, headers, progress, worker"
 )
 ACTIVE_STATES = ("delayed", "ready", "leased")
 
@@ -52,6 +52,8 @@ class JobRow:
     concurrency_key: str | None = None  # its type's per-key limits go by it (None: none)
     rate_limited: int = 0  # retries its handler asked for by raising RateLimited (no attempt charged)
     headers: str | None = None  # JSON object of the job's headers (migration 0009); None: none
+    progress: str | None = None  # JSON of its latest progress report (migration 0012); None: none
+    worker: str | None = None  # the worker of its latest lease (migration 0012)
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobRow:
@@ -98,6 +100,7 @@ class StoreUpdate:
     started_at: int | None = None
     finished_at: int | None = None
     rate_limited: int | None = None
+    worker: str | None = None  # set by a lease: the worker of the job's latest run
 
     def merged_over(self, older: StoreUpdate) -> StoreUpdate:
         """This (newer) update, keeping the older one's values where this leaves a column unchanged
@@ -116,7 +119,86 @@ class StoreUpdate:
             older.started_at if self.started_at is None else self.started_at,
             self.finished_at,
             older.rate_limited if self.rate_limited is None else self.rate_limited,
+            older.worker if self.worker is None else self.worker,
         )
+
+
+#: What an attempt's outcome column holds (NULL while the run goes on).
+ATTEMPT_OUTCOMES = ("succeeded", "failed", "lease_expired", "cancelled", "rate_limited")
+
+
+@dataclass(slots=True)
+class AttemptUpdate:
+    """One run of a job (job_attempts, migration 0012): its start (worker, started_at), its end
+    (finished_at, outcome, error, traceback), or both. None leaves a column as it is, so the start
+    and the end may be written by different batches, or processes, in either order."""
+
+    job_id: str
+    attempt: int
+    worker: str | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    outcome: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+
+    def merged_over(self, older: AttemptUpdate) -> AttemptUpdate:
+        return AttemptUpdate(
+            self.job_id,
+            self.attempt,
+            *(
+                older_value if value is None else value
+                for value, older_value in (
+                    (self.worker, older.worker),
+                    (self.started_at, older.started_at),
+                    (self.finished_at, older.finished_at),
+                    (self.outcome, older.outcome),
+                    (self.error, older.error),
+                    (self.traceback, older.traceback),
+                )
+            ),
+        )
+
+    def values(self) -> tuple[Any, ...]:
+        return (
+            self.job_id,
+            self.attempt,
+            self.worker,
+            self.started_at,
+            self.finished_at,
+            self.outcome,
+            self.error,
+            self.traceback,
+        )
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    attempt: int
+    worker: str | None
+    started_at: int | None
+    finished_at: int | None
+    outcome: str | None
+    error: str | None
+    traceback: str | None
+
+
+# A run whose start the batch does not carry (its lease's row update was committed before) takes it
+# from the job's row, which holds its latest run's start until the batch's own updates (run after
+# this statement) replace it.
+_UPSERT_ATTEMPT = (
+    "INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error, traceback) "
+    "SELECT ?, ?, COALESCE(?, (SELECT worker FROM jobs WHERE id = ?)), "
+    "COALESCE(?, (SELECT started_at FROM jobs WHERE id = ?)), ?, ?, ?, ? "
+    # WHERE true: SQLite reads ON CONFLICT after a bare SELECT as a join's constraint
+    "WHERE true ON CONFLICT (job_id, attempt) DO UPDATE SET "
+    + ", ".join(
+        f"{c} = COALESCE(excluded.{c}, job_attempts.{c})"
+        for c in ("worker", "started_at", "finished_at", "outcome", "error", "traceback")
+    )
+)
+#: The most attempts GetJob lists (the latest ones): a job rate limited many times has many runs.
+MAX_ATTEMPTS_LISTED = 100
 
 
 @dataclass(frozen=True)
@@ -181,7 +263,7 @@ _UPDATE = (
     "attempts = COALESCE(?, attempts), failures = COALESCE(?, failures), "
     "expirations = COALESCE(?, expirations), last_error = COALESCE(?, last_error), dead_reason = ?, "
     "result = COALESCE(?, result), started_at = COALESCE(?, started_at), finished_at = ?, "
-    "rate_limited = COALESCE(?, rate_limited), updated_at = ? "
+    "rate_limited = COALESCE(?, rate_limited), worker = COALESCE(?, worker), updated_at = ? "
     # A finished job stays finished: an older update committed late (by the shard's former owner)
     # must not make it look active again. Only a requeue (requeue_dead) leaves the dead state.
     "WHERE id = ? AND status NOT IN ('succeeded', 'cancelled', 'dead')"
@@ -304,9 +386,28 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
                 out.append((r.id, True))
         return out
 
-    async def apply_updates(self, updates: Iterable[StoreUpdate]) -> None:
+    async def apply_updates(
+        self,
+        updates: Iterable[StoreUpdate],
+        attempts: Sequence[AttemptUpdate] = (),
+        progress: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """Status updates, attempt history and progress reports ((job id, JSON)), in one transaction."""
         now = wall_ms()
         async with self.transaction(durable=False) as tx:
+            if attempts:
+                await tx.executemany(
+                    _UPSERT_ATTEMPT,
+                    [(a.job_id, a.attempt, a.worker, a.job_id, a.started_at, a.job_id, *a.values()[4:])
+                     for a in attempts],
+                )  # fmt: skip
+            if progress:
+                # A finished job's progress is final: a late report does not replace it.
+                await tx.executemany(
+                    "UPDATE jobs SET progress = ? WHERE id = ? "
+                    "AND status NOT IN ('succeeded', 'cancelled', 'dead')",
+                    [(json_text, job_id) for job_id, json_text in progress],
+                )
             await tx.executemany(
                 _UPDATE,
                 [
@@ -323,6 +424,7 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
                         u.started_at,
                         u.finished_at,
                         u.rate_limited,
+                        u.worker,
                         now,
                         u.id,
                     )
@@ -334,6 +436,16 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
         async with self.transaction() as tx:
             rows = await tx.execute(f"SELECT {COLUMNS} FROM jobs WHERE id = ?", (job_id,))
         return JobRow.from_row(rows[0]) if rows else None
+
+    async def get_attempts(self, job_id: str, limit: int = MAX_ATTEMPTS_LISTED) -> list[AttemptRow]:
+        """The job's latest ``limit`` runs, oldest first."""
+        async with self.transaction() as tx:
+            rows = await tx.execute(
+                "SELECT attempt, worker, started_at, finished_at, outcome, error, traceback "
+                "FROM job_attempts WHERE job_id = ? ORDER BY attempt DESC LIMIT ?",
+                (job_id, limit),
+            )
+        return [AttemptRow(*r) for r in reversed(rows)]
 
     async def get_jobs(self, ids: Sequence[str]) -> list[JobRow]:
         out = []
@@ -416,6 +528,7 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
         sql, params = where.where()
         async with self.transaction() as tx:
             rows = await tx.execute(f"DELETE FROM jobs WHERE {sql} RETURNING id", params)
+            await delete_attempts(tx, [str(r[0]) for r in rows])
         return len(rows)
 
     async def set_cancelled(self, job_id: str) -> str | None:

@@ -13,7 +13,7 @@ from shardq_common.clock import wall_ms
 from shardq_common.errors import StoreUnavailable
 from shardq_common.redaction import redact
 
-from .base import NEW_JOB_COLUMNS, JobRow, Store, StoreUpdate, Tx
+from .base import NEW_JOB_COLUMNS, AttemptUpdate, JobRow, Store, StoreUpdate, Tx
 from .search import COUNT_TIMEOUT_MS, FLOOR_TIMEOUT_MS, SEARCH_TIMEOUT_MS, JobQuery, SearchTooSlow
 
 # One statement for a whole batch of status updates (executemany would be a round trip per row);
@@ -26,15 +26,33 @@ _UPDATE_MANY = (
     "last_error = COALESCE(v.last_error, jobs.last_error), dead_reason = v.dead_reason, "
     "result = COALESCE(v.result, jobs.result), started_at = COALESCE(v.started_at, jobs.started_at), "
     "finished_at = v.finished_at, rate_limited = COALESCE(v.rate_limited, jobs.rate_limited), "
-    "updated_at = %s "
+    "worker = COALESCE(v.worker, jobs.worker), updated_at = %s "
     # Binary parameters: psycopg dumps arrays with less CPU than as text.
     "FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::int[], %b::int[], %b::int[], "
-    "%b::text[], %b::text[], %b::bytea[], %b::bigint[], %b::bigint[], %b::int[]) "
+    "%b::text[], %b::text[], %b::bytea[], %b::bigint[], %b::bigint[], %b::int[], %b::text[]) "
     "AS v(id, status, run_at, lease_until, attempts, failures, expirations, last_error, dead_reason, result, "
-    "started_at, finished_at, rate_limited) "
+    "started_at, finished_at, rate_limited, worker) "
     "WHERE jobs.id = v.id AND jobs.status NOT IN ('succeeded', 'cancelled', 'dead')"
 )
 
+# The attempt history of a batch in one statement too (the status writer sends each (job_id,
+# attempt) once per batch, as ON CONFLICT DO UPDATE requires); the same rules as base._UPSERT_ATTEMPT.
+_UPSERT_ATTEMPTS = (
+    "INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error, traceback) "
+    "SELECT v.job_id, v.attempt, COALESCE(v.worker, j.worker), COALESCE(v.started_at, j.started_at), "
+    "v.finished_at, v.outcome, v.error, v.traceback "
+    "FROM unnest(%b::text[], %b::int[], %b::text[], %b::bigint[], %b::bigint[], %b::text[], %b::text[], "
+    "%b::text[]) AS v(job_id, attempt, worker, started_at, finished_at, outcome, error, traceback) "
+    "LEFT JOIN jobs j ON j.id = v.job_id ON CONFLICT (job_id, attempt) DO UPDATE SET "
+    + ", ".join(
+        f"{c} = COALESCE(excluded.{c}, job_attempts.{c})"
+        for c in ("worker", "started_at", "finished_at", "outcome", "error", "traceback")
+    )
+)
+_PROGRESS_MANY = (
+    "UPDATE jobs SET progress = v.progress FROM unnest(%b::text[], %b::text[]) AS v(id, progress) "
+    "WHERE jobs.id = v.id AND jobs.status NOT IN ('succeeded', 'cancelled', 'dead')"
+)
 
 # What shardq_enqueue_rows (migrations 0008, 0010) notifies, with the shard as payload, when its jobs commit.
 ENQUEUED_CHANNEL = "shardq_enqueued"
@@ -207,9 +225,14 @@ class PostgresStore(Store):
                 await conn.set_autocommit(False)
         return [(r.id, True) for r in rows]
 
-    async def apply_updates(self, updates: Iterable[StoreUpdate]) -> None:
+    async def apply_updates(
+        self,
+        updates: Iterable[StoreUpdate],
+        attempts: Sequence[AttemptUpdate] = (),
+        progress: Sequence[tuple[str, str]] = (),
+    ) -> None:
         rows = list(updates)
-        if not rows:
+        if not rows and not attempts and not progress:
             return
         columns = [
             [u.id for u in rows],
@@ -225,9 +248,16 @@ class PostgresStore(Store):
             [u.started_at for u in rows],
             [u.finished_at for u in rows],
             [u.rate_limited for u in rows],
+            [u.worker for u in rows],
         ]
         async with self.transaction(durable=False) as tx:
-            await tx.execute(_UPDATE_MANY, [wall_ms(), *columns])
+            if attempts:
+                by_column = [list(c) for c in zip(*(a.values() for a in attempts), strict=True)]
+                await tx.execute(_UPSERT_ATTEMPTS, by_column)
+            if progress:
+                await tx.execute(_PROGRESS_MANY, [[p[0] for p in progress], [p[1] for p in progress]])
+            if rows:
+                await tx.execute(_UPDATE_MANY, [wall_ms(), *columns])
 
     supports_sql_enqueue = True
 

@@ -94,6 +94,11 @@ class JobServiceStub:
                 request_serializer=shardq_dot_v1_dot_shardq__pb2.BulkJobsRequest.SerializeToString,
                 response_deserializer=shardq_dot_v1_dot_shardq__pb2.BulkJobsResponse.FromString,
                 _registered_method=True)
+        self.WatchJob = channel.unary_stream(
+                '/shardq.v1.JobService/WatchJob',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.WatchJobRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.JobEvent.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -174,6 +179,14 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchJob(self, request, context):
+        """Progress and the final state of one job, streamed (issue 19). At most SHARDQ_MAX_WATCHES open at
+        once per dispatcher process: one more is refused with RESOURCE_EXHAUSTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -236,6 +249,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.BulkJobs,
                     request_deserializer=shardq_dot_v1_dot_shardq__pb2.BulkJobsRequest.FromString,
                     response_serializer=shardq_dot_v1_dot_shardq__pb2.BulkJobsResponse.SerializeToString,
+            ),
+            'WatchJob': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchJob,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.WatchJobRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.JobEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -562,6 +580,33 @@ class JobService:
             '/shardq.v1.JobService/BulkJobs',
             shardq_dot_v1_dot_shardq__pb2.BulkJobsRequest.SerializeToString,
             shardq_dot_v1_dot_shardq__pb2.BulkJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/shardq.v1.JobService/WatchJob',
+            shardq_dot_v1_dot_shardq__pb2.WatchJobRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.JobEvent.FromString,
             options,
             channel_credentials,
             insecure,
