@@ -138,6 +138,8 @@ class Tx(abc.ABC):
     """One open transaction."""
 
     supports_for_update = False  # SELECT ... FOR UPDATE (SQLite serializes writers anyway)
+    #: (idem_key, id) of the jobs of a type (the first parameter) holding these keys (the others)
+    idem_owners_sql = "SELECT idem_key, id FROM jobs WHERE type = ? AND idem_key IN ({marks})"
 
     @abc.abstractmethod
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
@@ -168,9 +170,7 @@ async def _owners_of_keys(tx: Tx, keys: set[tuple[str, str]]) -> dict[tuple[str,
         for i in range(0, len(type_keys), 500):
             chunk = type_keys[i : i + 500]
             marks = ", ".join("?" * len(chunk))
-            found = await tx.execute(
-                f"SELECT idem_key, id FROM jobs WHERE type = ? AND idem_key IN ({marks})", [job_type, *chunk]
-            )
+            found = await tx.execute(tx.idem_owners_sql.format(marks=marks), [job_type, *chunk])
             owner_of.update({(job_type, k): v for k, v in found})
     return owner_of
 
@@ -417,6 +417,8 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, abc.ABC):
 
     #: whether producers can enqueue in their own transactions (the SQL functions of migration 0008)
     supports_sql_enqueue = False
+    #: whether jobs is time-partitioned (PostgreSQL, migration 0014; see store/partitions.py)
+    supports_partitions = False
 
     async def listen_enqueued(
         self, on_shard: Callable[[int], None], on_listening: Callable[[], None]
