@@ -417,8 +417,6 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, abc.ABC):
 
     #: whether producers can enqueue in their own transactions (the SQL functions of migration 0008)
     supports_sql_enqueue = False
-    #: whether jobs is time-partitioned (PostgreSQL, migration 0014; see store/partitions.py)
-    supports_partitions = False
 
     async def listen_enqueued(
         self, on_shard: Callable[[int], None], on_listening: Callable[[], None]
@@ -452,6 +450,14 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, abc.ABC):
         non-durable ones included. SQLite's are durable against a crash of the process, which is
         what matters here: always everything."""
         return 2**62
+
+    async def table_bytes(self) -> dict[str, int]:
+        """Bytes on disk of the job tables, indexes included (shardq_db_table_bytes)."""
+        return {}
+
+    async def vacuum_some(self) -> int:
+        """Give some of the file's free pages back to the file system (SQLite); returns how many."""
+        return 0
 
     async def ping(self) -> None:
         async with self.transaction() as tx:

@@ -160,7 +160,6 @@ class PartitionQueries:
     """Mixed into PostgresStore."""
 
     pool: AsyncConnectionPool[Any]
-    supports_partitions = True
 
     @asynccontextmanager
     async def _keeper(self) -> AsyncIterator[psycopg.AsyncConnection[Any] | None]:

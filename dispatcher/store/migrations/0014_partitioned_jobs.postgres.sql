@@ -97,15 +97,34 @@ INSERT INTO job_idem_keys (type, idem_key, job_id)
     SELECT type, idem_key, id FROM jobs WHERE idem_key IS NOT NULL;
 
 -- Before a job with a key is inserted: claim the key for it, or skip the row when another job holds
--- it (a concurrent claim waits for the other transaction, as a unique index's insert does).
+-- it (a concurrent claim waits for the other transaction, as a unique index's insert does). A key
+-- whose job is gone (a retired partition's, until the keeper's sweep deletes it) is taken over: read
+-- under a row lock, then the job looked for in a snapshot taken after it, so a holder that has just
+-- committed is seen.
 CREATE FUNCTION shardq_claim_idem_key() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    holder text;
 BEGIN
     INSERT INTO job_idem_keys (type, idem_key, job_id) VALUES (NEW.type, NEW.idem_key, NEW.id)
         ON CONFLICT DO NOTHING;
     IF FOUND THEN
         RETURN NEW;
     END IF;
-    RETURN NULL;
+    SELECT job_id INTO holder FROM job_idem_keys WHERE type = NEW.type AND idem_key = NEW.idem_key FOR UPDATE;
+    IF holder IS NULL THEN
+        -- Freed since the insert looked: claim it now.
+        INSERT INTO job_idem_keys (type, idem_key, job_id) VALUES (NEW.type, NEW.idem_key, NEW.id)
+            ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            RETURN NEW;
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF EXISTS (SELECT 1 FROM jobs WHERE id = holder) THEN
+        RETURN NULL;
+    END IF;
+    UPDATE job_idem_keys SET job_id = NEW.id WHERE type = NEW.type AND idem_key = NEW.idem_key;
+    RETURN NEW;
 END
 $$;
 CREATE TRIGGER jobs_idem_key_claimed BEFORE INSERT ON jobs
