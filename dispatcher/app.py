@@ -81,7 +81,9 @@ class Dispatcher:
             self.sessions.notify_shard,
         )
         self.flow = FlowSettings(store, self.flow_mirror)
-        self.retention = Retention(store, settings.retention, settings.shard_count)
+        self.retention = Retention(
+            store, settings.retention, settings.shard_count, settings.partitions.interval_s
+        )
         self.table_keeper = TableKeeper(
             store, self.working_set, self.retention, settings.partitions, settings.shard_count
         )

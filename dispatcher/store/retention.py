@@ -30,6 +30,19 @@ _TYPES = (
 )
 
 
+def _outside(ranges: Sequence[tuple[str, str | None]]) -> tuple[str, list[str]]:
+    """SQL (and its parameters) keeping the ids outside these [lo, hi) ranges (hi None: unbounded)."""
+    sql, params = "", []
+    for lo, hi in ranges:
+        if hi is None:
+            sql += "AND id < ? "
+            params.append(lo)
+        else:
+            sql += "AND (id < ? OR id >= ?) "
+            params += [lo, hi]
+    return sql, params
+
+
 class RetentionQueries:
     """Mixed into Store: every method is one transaction."""
 
@@ -42,28 +55,40 @@ class RetentionQueries:
             rows = await tx.execute(_TYPES, (MAX_TYPES,))
         return [str(r[0]) for r in rows]
 
-    async def oldest_finished(self, job_type: str, status: str) -> int | None:
-        """When the type's oldest row in this status finished (ms), None without one."""
+    async def oldest_finished(
+        self, job_type: str, status: str, outside: Sequence[tuple[str, str | None]] = ()
+    ) -> int | None:
+        """When the type's oldest row in this status finished (ms), None without one; only rows whose
+        ids are ``outside`` these ranges count."""
+        fence, fence_params = _outside(outside)
         async with self.transaction() as tx:
             rows = await tx.execute(
                 f"SELECT MIN(finished_at) FROM jobs WHERE {FINISHED_SQL} AND type = ? AND status = ? "
-                "AND finished_at IS NOT NULL",
-                (job_type, status),
+                f"AND finished_at IS NOT NULL {fence}",
+                (job_type, status, *fence_params),
             )
         return None if not rows or rows[0][0] is None else int(rows[0][0])
 
     async def finished_before(
-        self, job_type: str, status: str, cutoff_ms: int, limit: int, after: tuple[int, str] | None = None
+        self,
+        job_type: str,
+        status: str,
+        cutoff_ms: int,
+        limit: int,
+        after: tuple[int, str] | None = None,
+        outside: Sequence[tuple[str, str | None]] = (),
     ) -> list[tuple[str, int]]:
         """Up to ``limit`` (id, finished_at) of the type's rows in this status that finished before
-        ``cutoff_ms``, oldest first, after the row ``after`` (its finished_at and id)."""
+        ``cutoff_ms``, oldest first, after the row ``after`` (its finished_at and id), of ids
+        ``outside`` these [lo, hi) ranges (the partitions retention retires whole)."""
         # A row value: both databases seek the index to it (an OR of the two cases they would filter).
         keyset, params = ("AND (finished_at, id) > (?, ?) ", list(after)) if after is not None else ("", [])
+        fence, fence_params = _outside(outside)
         async with self.transaction() as tx:
             rows = await tx.execute(
                 f"SELECT id, finished_at FROM jobs WHERE {FINISHED_SQL} AND type = ? AND status = ? "
-                f"AND finished_at < ? {keyset}ORDER BY finished_at, id LIMIT ?",
-                (job_type, status, cutoff_ms, *params, limit),
+                f"AND finished_at < ? {keyset}{fence}ORDER BY finished_at, id LIMIT ?",
+                (job_type, status, cutoff_ms, *params, *fence_params, limit),
             )
         return [(str(r[0]), int(r[1])) for r in rows]
 
