@@ -213,10 +213,16 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, abc.ABC):
 
     # -- schema --------------------------------------------------------------------
 
-    async def migrate(self) -> list[str]:
-        """Apply the migrations not applied yet, in order. Returns their names."""
+    async def migrate(self, before: str | None = None) -> list[str]:
+        """Apply the migrations not applied yet, in order (only those numbered before ``before``,
+        e.g. "0014", when given: a test's way to fill a table as an older version left it). Returns
+        their names."""
         root = resources.files("dispatcher.store") / "migrations"
-        names = sorted(p.name for p in root.iterdir() if _migration_for(p.name, self.backend))
+        names = sorted(
+            p.name
+            for p in root.iterdir()
+            if _migration_for(p.name, self.backend) and (before is None or p.name < before)
+        )
         applied: list[str] = []
         async with self.transaction() as tx:
             # Processes starting together (a supervisor's children, a Deployment's pods) take turns:
