@@ -78,7 +78,8 @@ def _keeper(store: Store, working_set: WorkingSet, **policy: Any) -> TableKeeper
 
 async def _insert(store: Store, rows: list[JobRow]) -> None:
     """As the hot path leaves them: inserted new, then their status written."""
-    await store.insert_jobs(rows)
+    async with store.transaction() as tx:
+        await tx.insert_new_jobs([r.new_job_values() for r in rows])
     async with store.transaction() as tx:
         for r in rows:
             await tx.execute(
@@ -304,3 +305,78 @@ async def test_idempotency_keys_are_unique_across_partitions(
     assert await store.delete_finished([old], "succeeded", now) == 1
     again = new_job_ids(1)[0]
     assert await store.insert_jobs([_row(again, "ready", key="order-1")]) == [(again, True)]
+
+
+async def test_the_migration_of_a_populated_table_keeps_every_row_key_index_and_function(
+    db_url: str, working_set: WorkingSet
+) -> None:
+    store = await open_store(db_url)
+    try:
+        await store.migrate(before="0014")
+        await store.ensure_shard_count(SHARDS)
+        await store.record_enqueue_settings(
+            {"max_payload_bytes": 1 << 20, "max_attempts": 5, "lease_ttl_ms": 60_000, "max_batch": 100}
+        )
+        now = wall_ms()
+        statuses = ["delayed", "ready", "leased", "succeeded", "cancelled", "dead"]
+        finished = ("succeeded", "cancelled", "dead")
+        rows = [
+            _row(job_id, statuses[i % 6], now - DAY if statuses[i % 6] in finished else None,
+                 key=f"key-{day}-{i}" if i % 3 == 0 else None, job_type=f"type.{i % 4}")
+            for day in (40, 9, 1, 0)
+            for i, job_id in enumerate(_ids(now - day * DAY, 30))
+        ]  # fmt: skip
+        future = _row(_ids(now + 3 * DAY, 1)[0], "ready", key="from-the-future")  # a clock far ahead
+        await _insert(store, [*rows, future])
+        with psycopg.connect(db_url, autocommit=True) as c:
+            # Indexes a later migration numbered before 0014 adds (0013's), and an operator's own.
+            c.execute("CREATE INDEX jobs_type_id ON jobs (type, id)")
+            c.execute("CREATE INDEX jobs_payload_len ON jobs ((length(payload))) WHERE status = 'dead'")
+            before = c.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+            indexes = {r[0] for r in c.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'jobs'")}
+            dead = await store.dead_counts()
+
+        assert await store.migrate() == ["0014_partitioned_jobs.postgres.sql"]
+
+        with psycopg.connect(db_url, autocommit=True) as c:
+            assert c.execute("SELECT * FROM jobs ORDER BY id").fetchall() == before
+            assert c.execute("SELECT relkind FROM pg_class WHERE relname = 'jobs'").fetchone() == ("p",)
+            where = dict(c.execute("SELECT id, tableoid::regclass::text FROM jobs").fetchall())
+            assert where.pop(future.id) == "jobs_default"
+            assert set(where.values()) == {"jobs_legacy"}
+            # Every index but the unique key's is on the partitioned table, under its name; the
+            # legacy partition's own were adopted (one per parent index, none built twice).
+            after = {r[0] for r in c.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'jobs'")}
+            assert after == indexes - {"jobs_idem_key"}
+            legacy = c.execute("SELECT count(*) FROM pg_indexes WHERE tablename = 'jobs_legacy'").fetchone()
+            assert legacy == (len(after),)
+            keys = c.execute("SELECT type, idem_key, job_id FROM job_idem_keys ORDER BY 1, 2").fetchall()
+            assert keys == sorted((r.type, r.idem_key, r.id) for r in [*rows, future] if r.idem_key)
+            # The SQL functions of 0008 and 0010 still enqueue, and see the keys made before.
+            old_key = next(r for r in rows if r.idem_key)
+            assert c.execute(
+                "SELECT shardq_enqueue_v1(%s, ''::bytea, idempotency_key => %s)",
+                (old_key.type, old_key.idem_key),
+            ).fetchone() == (old_key.id,)
+            made = c.execute(
+                "SELECT shardq_enqueue_v2('type.0', 'x'::bytea, headers => '{\"a\": \"b\"}')"
+            ).fetchone()
+            assert made is not None and c.execute(
+                "SELECT status, headers FROM jobs WHERE id = %s", made
+            ).fetchone() == (
+                "ready",
+                '{"a":"b"}',
+            )
+        assert await store.dead_counts() == dead
+        # The keys are enforced for the RPC's path too, and the triggers count the dead still.
+        fresh = new_job_ids(2)
+        assert await store.insert_jobs(
+            [_row(fresh[0], "ready", key=old_key.idem_key, job_type=old_key.type)]
+        ) == [(old_key.id, False)]
+        await _insert(store, [_row(fresh[1], "dead", now)])
+        assert (await store.dead_counts())[(TYPE, 1)] == dead.get((TYPE, 1), 0) + 1
+        # The keeper takes it from there: the day partitions go after the legacy one.
+        created = await _keeper(store, working_set).ensure_ahead(now)
+        assert created and all(name.startswith("jobs_p") for name in created)
+    finally:
+        await store.close()
