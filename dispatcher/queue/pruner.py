@@ -38,6 +38,7 @@ from ..config import RetentionPolicy
 from ..ops import metrics
 from ..store import Store
 from ..store.partitions import Partition, PartitionQueries
+from ..store.retention import WholeRange
 from .flow import QueueSettings
 from .ownership import Ownership
 from .shard_loop import run_shard_loop
@@ -84,10 +85,11 @@ async def prune_rows(
     batch: int,
     pause_s: float,
     max_rows: int,
-    outside: Sequence[tuple[str, str | None]] = (),
+    outside: Sequence[WholeRange] = (),
 ) -> PruneResult:
     """Delete the type's rows in ``status`` finished before ``cutoff_ms`` whose records are gone
-    from Redis, ``batch`` rows a statement, at most ``max_rows``, of ids ``outside`` these ranges."""
+    from Redis, ``batch`` rows a statement, at most ``max_rows``, but for those of the partitions
+    ``outside`` names that their retirement takes."""
     shard = shard_for(job_type, shard_count)
     result = PruneResult()
     after: tuple[int, str] | None = None
@@ -113,16 +115,9 @@ async def prune_rows(
     return result
 
 
-def merged_ranges(partitions: Sequence[Partition]) -> list[tuple[str, str | None]]:
-    """The id ranges of the fresh partitions (retired whole), adjacent ones merged."""
-    out: list[tuple[str, str | None]] = []
-    for p in sorted((p for p in partitions if p.fresh), key=lambda p: p.lo or ""):
-        lo = p.lo or ""
-        if out and out[-1][1] == lo:
-            out[-1] = (out[-1][0], p.hi)
-        else:
-            out.append((lo, p.hi))
-    return out
+def whole_ranges(partitions: Sequence[Partition]) -> list[WholeRange]:
+    """The fresh partitions (retired whole): id range and start."""
+    return [(p.lo or "", p.hi, p.lo_ms or 0) for p in partitions if p.fresh]
 
 
 class Retention:
@@ -139,8 +134,8 @@ class Retention:
         self.partition_interval_s = partition_interval_s
         self.refresh_ms = int(max(1.0, policy.interval_s / 2) * 1000)
         self._types: dict[int, dict[str, Periods]] = {}
-        #: The id ranges of the partitions retired whole (PostgreSQL, store/partitions.py), merged.
-        self.whole: list[tuple[str, str | None]] = []
+        #: The partitions retired whole (PostgreSQL, store/partitions.py).
+        self.whole: list[WholeRange] = []
         self._read_at = -1
         self._lock = asyncio.Lock()
 
@@ -172,10 +167,10 @@ class Retention:
             )
         self._types = by_shard
         if isinstance(self.store, PartitionQueries):
-            self.whole = merged_ranges(await self.store.partitions())
+            self.whole = whole_ranges(await self.store.partitions())
         self._read_at = steady_ms()
 
-    def outside(self, period_s: int) -> list[tuple[str, str | None]]:
+    def outside(self, period_s: int) -> list[WholeRange]:
         """The ranges the row pruner leaves alone for rows of this period: on a partitioned table,
         those of the partitions retired whole when their period is at least the cluster's (the
         retirement takes them, or copies them out to kept partitions). A partition retires once its

@@ -30,16 +30,19 @@ _TYPES = (
 )
 
 
-def _outside(ranges: Sequence[tuple[str, str | None]]) -> tuple[str, list[str]]:
-    """SQL (and its parameters) keeping the ids outside these [lo, hi) ranges (hi None: unbounded)."""
+#: A partition retention retires whole: its id range (hi None: unbounded) and when it starts (ms).
+WholeRange = tuple[str, str | None, int]
+
+
+def _outside(ranges: Sequence[WholeRange]) -> tuple[str, list[object]]:
+    """SQL (and its parameters) leaving out the rows of these partitions that finished after their
+    partition's range began, which the partition's retirement takes. A row finished before its
+    own partition began (its id's time is later than its finish: another host's clock) is left in."""
     sql, params = "", []
-    for lo, hi in ranges:
-        if hi is None:
-            sql += "AND id < ? "
-            params.append(lo)
-        else:
-            sql += "AND (id < ? OR id >= ?) "
-            params += [lo, hi]
+    for lo, hi, lo_ms in ranges:
+        upper = "" if hi is None else " AND id < ?"
+        sql += f"AND NOT (id >= ?{upper} AND finished_at >= ?) "
+        params += [lo, *([] if hi is None else [hi]), lo_ms]
     return sql, params
 
 
@@ -56,10 +59,10 @@ class RetentionQueries:
         return [str(r[0]) for r in rows]
 
     async def oldest_finished(
-        self, job_type: str, status: str, outside: Sequence[tuple[str, str | None]] = ()
+        self, job_type: str, status: str, outside: Sequence[WholeRange] = ()
     ) -> int | None:
-        """When the type's oldest row in this status finished (ms), None without one; only rows whose
-        ids are ``outside`` these ranges count."""
+        """When the type's oldest row in this status finished (ms), None without one; the rows of the
+        partitions ``outside`` names do not count (see finished_before)."""
         fence, fence_params = _outside(outside)
         async with self.transaction() as tx:
             rows = await tx.execute(
@@ -76,11 +79,11 @@ class RetentionQueries:
         cutoff_ms: int,
         limit: int,
         after: tuple[int, str] | None = None,
-        outside: Sequence[tuple[str, str | None]] = (),
+        outside: Sequence[WholeRange] = (),
     ) -> list[tuple[str, int]]:
         """Up to ``limit`` (id, finished_at) of the type's rows in this status that finished before
-        ``cutoff_ms``, oldest first, after the row ``after`` (its finished_at and id), of ids
-        ``outside`` these [lo, hi) ranges (the partitions retention retires whole)."""
+        ``cutoff_ms``, oldest first, after the row ``after`` (its finished_at and id), but for the rows
+        of the partitions ``outside`` names that their retirement takes."""
         # A row value: both databases seek the index to it (an OR of the two cases they would filter).
         keyset, params = ("AND (finished_at, id) > (?, ?) ", list(after)) if after is not None else ("", [])
         fence, fence_params = _outside(outside)
