@@ -196,12 +196,15 @@ class PartitionPolicy:
             try:
                 values["ahead"] = int(env["SHARDQ_PARTITIONS_AHEAD"])
             except ValueError:
-                raise ConfigError("SHARDQ_PARTITIONS_AHEAD is not a whole number") from None
-        if env.get("SHARDQ_PARTITION_MAX_KEPT_SHARE"):
+                raise ConfigError(
+                    f"SHARDQ_PARTITIONS_AHEAD={env['SHARDQ_PARTITIONS_AHEAD']!r} is not a whole number"
+                ) from None
+        share = env.get("SHARDQ_PARTITION_MAX_KEPT_SHARE")
+        if share:
             try:
-                values["max_kept_share"] = float(env["SHARDQ_PARTITION_MAX_KEPT_SHARE"])
+                values["max_kept_share"] = float(share)
             except ValueError:
-                raise ConfigError("SHARDQ_PARTITION_MAX_KEPT_SHARE is not a number") from None
+                raise ConfigError(f"SHARDQ_PARTITION_MAX_KEPT_SHARE={share!r} is not a number") from None
         return cls(**values)
 
 
