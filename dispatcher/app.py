@@ -172,9 +172,13 @@ class Dispatcher:
             }
         )
         await self._check_redis_shard_count()
-        # Before any job is taken: its row needs the partition of its id (the default one would
-        # take it, to be moved later).
-        await self.table_keeper.ensure_ahead()
+        # Before any job is taken: its row needs the partition of its id. A refusal (a lock not
+        # granted in time) is not fatal: the default partition takes the rows meanwhile, and the
+        # keeper moves them into the partition it creates at a later pass.
+        try:
+            await self.table_keeper.ensure_ahead()
+        except Exception as exc:
+            log.warning("partitions not created at start: the table keeper tries again", error=str(exc))
         await self._declare_schedules()
         await self._declare_queues()
         # Before any shard is acquired: each is served only once its settings are in Redis.

@@ -121,6 +121,7 @@ async def test_partitions_are_created_ahead_once_by_one_process_at_a_time(
         with psycopg.connect(db_url, autocommit=True) as holder:
             holder.execute("SELECT pg_advisory_lock(%s)", (KEEPER_LOCK_KEY,))
             assert await keeper.ensure_ahead(now + 10 * DAY) is None
+            holder.execute("SELECT pg_advisory_unlock(%s)", (KEEPER_LOCK_KEY,))
         # A day later, one more partition ahead.
         assert len(await keeper.ensure_ahead(now + DAY) or []) == 1
         # Every new id lands in a day partition, never in the default one.
@@ -378,5 +379,30 @@ async def test_the_migration_of_a_populated_table_keeps_every_row_key_index_and_
         # The keeper takes it from there: the day partitions go after the legacy one.
         created = await _keeper(store, working_set).ensure_ahead(now)
         assert created and all(name.startswith("jobs_p") for name in created)
+    finally:
+        await store.close()
+
+
+async def test_a_bound_checked_beforehand_spares_the_migration_a_read_of_the_table(db_url: str) -> None:
+    store = await open_store(db_url)
+    try:
+        await store.migrate(before="0014")
+        now = wall_ms()
+        rows = [_row(i, "succeeded", now) for i in _ids(now - DAY, 5)]
+        await _insert(store, rows)
+        bound = _ids(now + 5 * DAY, 1)[0][:10]
+        with psycopg.connect(db_url, autocommit=True) as c:
+            # As docs/operations.md has an operator do it online, before the upgrade.
+            c.execute(f"ALTER TABLE jobs ADD CONSTRAINT jobs_legacy_bound CHECK (id < '{bound}') NOT VALID")
+            c.execute("ALTER TABLE jobs VALIDATE CONSTRAINT jobs_legacy_bound")
+        await store.migrate()
+        assert {p.name: (p.lo, p.hi) for p in await _partitioned(store).partitions() if not p.default} == {
+            "jobs_legacy": (None, bound)
+        }
+        assert set((await _where(store)).values()) == {"jobs_legacy"}
+        # The bound is the legacy partition's, not the table's: a later id goes in.
+        later = _ids(now + 6 * DAY, 1)[0]
+        await _insert(store, [_row(later, "ready")])
+        assert (await _where(store))[later] == "jobs_default"
     finally:
         await store.close()

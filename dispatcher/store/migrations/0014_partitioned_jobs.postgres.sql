@@ -56,7 +56,8 @@ BEGIN
         EXECUTE format('ALTER INDEX %I RENAME TO %I', item.relname, left('legacy_' || item.relname, 63));
     END LOOP;
 
-    EXECUTE 'CREATE TABLE jobs (LIKE jobs_legacy INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE '
+    -- Not its CHECK constraints: jobs_legacy_bound is the legacy partition's alone.
+    EXECUTE 'CREATE TABLE jobs (LIKE jobs_legacy INCLUDING DEFAULTS INCLUDING STORAGE '
             'INCLUDING COMPRESSION) PARTITION BY RANGE (id)';
     ALTER TABLE jobs ADD PRIMARY KEY (id);
     FOREACH def IN ARRAY index_defs LOOP
@@ -65,13 +66,22 @@ BEGIN
     CREATE TABLE jobs_default PARTITION OF jobs DEFAULT;
 
     SELECT EXISTS (SELECT 1 FROM jobs_legacy) INTO has_rows;
-    IF has_rows THEN
+    -- A bound an operator checked beforehand, online (docs/operations.md#partitions): a validated
+    -- CHECK (id < '<prefix>') named jobs_legacy_bound. Then nothing here reads the table.
+    SELECT substring(pg_get_constraintdef(oid) FROM '''([0-9A-Z]{10})''') INTO boundary
+      FROM pg_constraint WHERE conrelid = 'jobs_legacy'::regclass AND conname = 'jobs_legacy_bound'
+       AND contype = 'c' AND convalidated;
+    IF has_rows AND boundary IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE jobs ATTACH PARTITION jobs_legacy FOR VALUES FROM (MINVALUE) TO (%L)', boundary);
+    ELSIF has_rows THEN
+        ALTER TABLE jobs_legacy DROP CONSTRAINT IF EXISTS jobs_legacy_bound;
         boundary := shardq_job_id_time(
             (floor(extract(epoch FROM clock_timestamp()) / 86400)::bigint + 1) * 86400000);
         -- The legacy table's triggers were dropped above: moving a row counts nothing twice.
         EXECUTE format('WITH moved AS (DELETE FROM jobs_legacy WHERE id >= %L RETURNING *) '
                        'INSERT INTO jobs_default SELECT * FROM moved', boundary);
-        -- The check proves the partition's bound, so the ATTACH does not read the table again.
+        -- The check proves the partition's bound, so the ATTACH does not read the table again; adding
+        -- it reads the table once, while every writer of jobs waits for this migration.
         EXECUTE format('ALTER TABLE jobs_legacy ADD CONSTRAINT jobs_legacy_bound CHECK (id < %L)', boundary);
         EXECUTE format('ALTER TABLE jobs ATTACH PARTITION jobs_legacy FOR VALUES FROM (MINVALUE) TO (%L)', boundary);
     ELSE
