@@ -208,9 +208,14 @@ def _update_rate(url: str, seconds: float, batch: int) -> float:
     n = 0
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")
+        today = int(time.time() * 1000) // DAY_MS * DAY_MS
         ids = [
             r[0]
-            for r in conn.execute("SELECT id FROM jobs WHERE status = 'succeeded' AND type = 'bench.type1'")
+            for r in conn.execute(
+                "SELECT id FROM jobs WHERE status = 'succeeded' AND type = 'bench.type1' "
+                "AND finished_at >= %s",
+                (today,),
+            )
         ]
         conn.execute("UPDATE jobs SET status = 'ready' WHERE id = ANY(%s)", (ids,))
         deadline, i = time.monotonic() + seconds, 0
