@@ -21,7 +21,7 @@ dropped once nothing in them survives.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,6 +42,8 @@ PREFIX = "jobs_p"
 KEPT = "_kept"
 #: The rows a partition's retirement notes as changed while its survivors are copied.
 CHANGES = "_changes"
+#: The dead rows a retirement drops, listed beside the hot path for the dead counts.
+GONE = "_gone"
 ACTIVE_SQL = "status IN ('delayed', 'ready', 'leased')"
 # pg_try_advisory_lock key of the partition keeper, one per database: b"shardq:p" as an int64.
 KEEPER_LOCK_KEY = int.from_bytes(b"shardq:p", "big", signed=True)
@@ -245,17 +247,24 @@ class PartitionQueries:
         return out
 
     async def retire_partition(
-        self, partition: Partition, cutoffs: Cutoffs, held: Sequence[str], *, max_share: float
+        self,
+        partition: Partition,
+        cutoffs: Cutoffs,
+        held: Sequence[str],
+        *,
+        max_share: float,
+        before_swap: Callable[[], Awaitable[None]] | None = None,
     ) -> Retirement:
         """Retire a partition whose rows retention may delete, keeping its survivors (see the
         module's docstring): rows not finished, finished after their cutoff, or in ``held`` (their
         records still in Redis). More survivors than ``max_share`` of its rows: the partition is
         kept whole (renamed), for the row-by-row pruner. A kept partition is dropped only when
-        nothing in it survives."""
+        nothing in it survives. ``before_swap`` runs between the copy and the swap (tests change
+        rows there)."""
         async with self._keeper() as conn:
             if conn is None:
                 return Retirement("skipped", detail="another process keeps the partitions")
-            return await _retire(conn, partition, cutoffs, list(held), max_share)
+            return await _retire(conn, partition, cutoffs, list(held), max_share, before_swap)
 
     async def sweep_orphans(self, lo: str | None, hi: str | None, batch: int = 1000) -> int:
         """Delete the idempotency keys (and attempt rows, when the table exists) of ids in
@@ -406,9 +415,15 @@ async def _scalar(conn: psycopg.AsyncConnection[Any], query: Any, params: Sequen
 
 
 async def _retire(
-    conn: psycopg.AsyncConnection[Any], p: Partition, cutoffs: Cutoffs, held: list[str], max_share: float
+    conn: psycopg.AsyncConnection[Any],
+    p: Partition,
+    cutoffs: Cutoffs,
+    held: list[str],
+    max_share: float,
+    before_swap: Callable[[], Awaitable[None]] | None,
 ) -> Retirement:
     part, kept, changes = _ident(p.name), _ident(_kept_name(p.name)), _ident(p.name + CHANGES)
+    gone = _ident(p.name + GONE)
     trigger = _ident(f"{p.name}_retiring")
     survivor_where = sql.SQL("NOT " + _DELETABLE + " OR j.id = ANY(%s)")
     survivor_params = [*cutoffs.params()[3:], held]
@@ -416,7 +431,7 @@ async def _retire(
     await conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {g} ON {p}").format(g=trigger, p=part))
     if not p.kept:
         await conn.execute(sql.SQL("DROP TABLE IF EXISTS {k}").format(k=kept))
-    await conn.execute(sql.SQL("DROP TABLE IF EXISTS {c}").format(c=changes))
+    await conn.execute(sql.SQL("DROP TABLE IF EXISTS {c}, {g}").format(c=changes, g=gone))
 
     counted = await (
         await conn.execute(
@@ -465,12 +480,26 @@ async def _retire(
         for definition in await _index_definitions(conn):
             await conn.execute(_on_table(definition, _kept_name(p.name)).encode())
 
+    # The dead rows that go, for the dead counts (the triggers that keep them do not see a DROP).
+    await conn.execute(
+        sql.SQL(
+            "CREATE UNLOGGED TABLE {g} AS SELECT j.id, j.type, j.priority FROM {p} AS j "
+            + _CUTOFFS
+            + " WHERE j.status = 'dead' AND NOT ("
+        ).format(g=gone, p=part)
+        + survivor_where
+        + sql.SQL(")"),
+        [*cutoffs.params()[:3], *survivor_params],
+    )
+
+    if before_swap is not None:
+        await before_swap()
     # Phase 2, one short transaction: the noted rows again, and the swap.
     try:
         changed = await _swap(conn, p, survivors)
     except _Retry:
         await conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {g} ON {p}").format(g=trigger, p=part))
-        await conn.execute(sql.SQL("DROP TABLE IF EXISTS {c}").format(c=changes))
+        await conn.execute(sql.SQL("DROP TABLE IF EXISTS {c}, {g}").format(c=changes, g=gone))
         return Retirement("skipped", survivors, rows, "rows changed during the retirement")
     kept_rows = survivors + len(changed)
     return Retirement("compacted" if kept_rows else "dropped", survivors, rows)
@@ -482,6 +511,7 @@ class _Retry(Exception):
 
 async def _swap(conn: psycopg.AsyncConnection[Any], p: Partition, survivors: int) -> list[str]:
     part, kept, changes = _ident(p.name), _ident(_kept_name(p.name)), _ident(p.name + CHANGES)
+    gone = _ident(p.name + GONE)
     async with conn.transaction():
         await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
         await conn.execute(sql.SQL("ALTER TABLE {t} DETACH PARTITION {p}").format(t=_ident(PARENT), p=part))
@@ -506,19 +536,16 @@ async def _swap(conn: psycopg.AsyncConnection[Any], p: Partition, survivors: int
                 sql.SQL("INSERT INTO {k} SELECT * FROM {p} WHERE id = ANY(%s)").format(k=kept, p=part),
                 (changed,),
             )
-        # The dead rows that go: the triggers that count them do not see a DROP.
+        # The dead rows that go; one that changed meanwhile was counted by its own change (a
+        # requeue, a purge) and is kept in its last version.
         await conn.execute(
             sql.SQL(
-                "UPDATE dead_counts SET n = dead_counts.n - gone.n FROM ("
-                " SELECT j.type, j.priority, count(*) AS n FROM {p} AS j WHERE j.status = 'dead'"
-                + (
-                    " AND NOT EXISTS (SELECT 1 FROM {k} AS k WHERE k.id = j.id)"
-                    if survivors or changed
-                    else ""
-                )
-                + " GROUP BY j.type, j.priority) AS gone "
-                "WHERE dead_counts.type = gone.type AND dead_counts.priority = gone.priority"
-            ).format(p=part, k=kept)
+                "UPDATE dead_counts SET n = dead_counts.n - d.n FROM ("
+                " SELECT g.type, g.priority, count(*) AS n FROM {g} AS g WHERE NOT (g.id = ANY(%s))"
+                " GROUP BY g.type, g.priority) AS d "
+                "WHERE dead_counts.type = d.type AND dead_counts.priority = d.priority"
+            ).format(g=gone),
+            (changed,),
         )
         if survivors or changed:
             await conn.execute(
@@ -529,8 +556,7 @@ async def _swap(conn: psycopg.AsyncConnection[Any], p: Partition, survivors: int
                     hi=sql.Literal(p.hi) if p.hi else sql.SQL("MAXVALUE"),
                 )
             )
-        await conn.execute(sql.SQL("DROP TABLE {p}").format(p=part))
-        await conn.execute(sql.SQL("DROP TABLE {c}").format(c=changes))
+        await conn.execute(sql.SQL("DROP TABLE {p}, {c}, {g}").format(p=part, c=changes, g=gone))
     return changed
 
 

@@ -406,3 +406,51 @@ async def test_a_bound_checked_beforehand_spares_the_migration_a_read_of_the_tab
         assert (await _where(store))[later] == "jobs_default"
     finally:
         await store.close()
+
+
+async def test_rows_that_change_while_a_partition_retires_are_kept_in_their_last_version(
+    store: Store, working_set: WorkingSet
+) -> None:
+    now = wall_ms()
+    await _partitioned(store).ensure_partitions(now - 11 * DAY, now - 9 * DAY, DAY)
+    day10 = now - 10 * DAY
+    ids = _ids(day10, 24)
+    requeued, finishing, purged, late = ids[0], ids[1], ids[2], ids[3]
+    await _insert(
+        store,
+        [
+            _row(requeued, "dead", now - 40 * DAY),  # past its 30 days: not copied, then requeued
+            _row(finishing, "leased"),  # copied as leased, then it succeeds
+            _row(purged, "dead", now - 9 * DAY, key="purged-key"),  # copied, then purged
+            *[_row(i, "succeeded", now - 9 * DAY) for i in ids[4:]],
+        ],
+    )
+    partition = next(p for p in await _partitioned(store).partitions() if p.lo_ms == day10 - day10 % DAY)
+
+    async def meanwhile() -> None:
+        assert await store.requeue_dead([requeued], now) == {requeued}
+        async with store.transaction() as tx:
+            await tx.execute(
+                "UPDATE jobs SET status = 'succeeded', finished_at = ? WHERE id = ?", (now, finishing)
+            )
+            await tx.execute("DELETE FROM jobs WHERE id = ?", (purged,))
+        # An occurrence materialized late, its id in the retiring range.
+        await _insert(store, [_row(late, "delayed")])
+
+    cutoffs = await _keeper(store, working_set).cutoffs(now)
+    result = await _partitioned(store).retire_partition(
+        partition, cutoffs, [], max_share=0.5, before_swap=meanwhile
+    )
+    assert result.outcome == "compacted"
+    async with store.transaction() as tx:
+        left = dict(
+            await tx.execute(
+                "SELECT id, status FROM jobs WHERE id >= ? AND id < ?", (partition.lo, partition.hi)
+            )
+        )
+        dead = await tx.execute("SELECT count(*) FROM jobs WHERE status = 'dead'")
+    assert left == {requeued: "delayed", finishing: "succeeded", late: "delayed"}
+    # The dead counts agree with the rows: the requeue and the purge counted themselves.
+    assert sum((await store.dead_counts()).values()) == dead[0][0] == 0
+    fresh = new_job_ids(1)[0]
+    assert await store.insert_jobs([_row(fresh, "ready", key="purged-key")]) == [(fresh, True)]
