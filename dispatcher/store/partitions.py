@@ -187,15 +187,6 @@ class PartitionQueries:
         async with self.pool.connection() as conn:
             return await _partitions(conn)
 
-    async def is_partitioned(self) -> bool:
-        async with self.pool.connection() as conn:
-            row = await (
-                await conn.execute(
-                    "SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(%s)", (PARENT,)
-                )
-            ).fetchone()
-        return bool(row and row[0])
-
     # -- created ahead ---------------------------------------------------------------
 
     async def ensure_partitions(self, from_ms: int, until_ms: int, interval_ms: int) -> list[str] | None:
