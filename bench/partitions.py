@@ -3,7 +3,8 @@ same rows in batches, and what partitioning costs an insert.
 
     python -m bench.partitions [--rows 1000000] [--survivors 0.01] [--seconds 5]
 
-Two fresh databases on the same server: one migrated to the partitioned table (migration 0014),
+Two fresh databases on a throwaway PostgreSQL cluster of its own (``--shared``: the server the
+tests use): one migrated to the partitioned table (migration 0014),
 one as it was before (0001..0011: a plain table with the same indexes). Both get the same rows: a
 day ``--rows`` jobs finished 10 days ago (``--survivors`` of them dead 9 days ago, which retention
 keeps 30 days), and a current day of the same size. Then:
@@ -250,8 +251,14 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="jobs of one day")
     parser.add_argument("--survivors", type=float, default=0.01, help="share of the old day kept (dead)")
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--shared",
+        action="store_true",
+        help="the server of SHARDQ_TEST_PG_URL (or 127.0.0.1:5432) instead of a cluster of its own; "
+        "its WAL then counts every database's writes",
+    )
     args = parser.parse_args()
-    postgres = Postgres().start()
+    postgres = Postgres().start() if args.shared else Postgres().start_private()
     print(f"PostgreSQL: {postgres.source}; {os.cpu_count()} CPUs")
     try:
         now = int(time.time() * 1000)
