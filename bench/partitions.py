@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -39,7 +40,7 @@ import psycopg
 from dispatcher.config import RetentionPolicy
 from dispatcher.queue.ids import new_job_ids
 from dispatcher.store import open_store
-from dispatcher.store.partitions import Cutoffs, PartitionQueries
+from dispatcher.store.partitions import Cutoffs, PartitionQueries, id_prefix
 from dispatcher.store.postgres import _INSERT_NEW_JOBS, _UPDATE_MANY, _as_columns
 
 from .infra.postgres import Postgres
@@ -209,14 +210,10 @@ def _update_rate(url: str, seconds: float, batch: int) -> float:
     n = 0
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")
-        today = int(time.time() * 1000) // DAY_MS * DAY_MS
+        today = id_prefix(int(time.time() * 1000) // DAY_MS * DAY_MS)
         ids = [
             r[0]
-            for r in conn.execute(
-                "SELECT id FROM jobs WHERE status = 'succeeded' AND type = 'bench.type1' "
-                "AND finished_at >= %s",
-                (today,),
-            )
+            for r in conn.execute("SELECT id FROM jobs WHERE type = 'bench.type1' AND id >= %s", (today,))
         ]
         conn.execute("UPDATE jobs SET status = 'ready' WHERE id = ANY(%s)", (ids,))
         deadline, i = time.monotonic() + seconds, 0
@@ -244,6 +241,49 @@ def _update_rate(url: str, seconds: float, batch: int) -> float:
     return n / seconds
 
 
+def _rates(urls: dict[bool, str], seconds: float, rounds: int = 3) -> dict[bool, dict[str, float]]:
+    """The insert and update rates of both tables, measured in turn (the order swapped each round,
+    so the machine's drift falls on both): the median of the rounds."""
+    samples: dict[bool, dict[str, list[float]]] = {p: {} for p in urls}
+    for i in range(rounds):
+        for partitioned in (True, False) if i % 2 == 0 else (False, True):
+            url, mine = urls[partitioned], samples[partitioned]
+            mine.setdefault("insert1", []).append(_insert_rate(url, seconds, 1))
+            mine.setdefault("insert200", []).append(_insert_rate(url, seconds, 200))
+            mine.setdefault("update500", []).append(_update_rate(url, seconds, 500))
+    return {p: {k: statistics.median(v) for k, v in m.items()} for p, m in samples.items()}
+
+
+def _work(
+    url: str, partitioned: bool, loaded: bool, seconds: float, cutoffs: Cutoffs, old_day: int
+) -> dict[str, Any]:
+    run: dict[str, Any] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        inserter = Inserter(url) if loaded else None
+        if inserter:
+            with Inserter(url) as alone:
+                time.sleep(seconds)
+            run["p99_alone"] = alone.p99_ms()
+            inserter.__enter__()
+        size0, wal0 = _size(conn), _wal(conn)
+        try:
+            if partitioned:
+                took, what = _timed(lambda: _retire(url, cutoffs, old_day))
+            else:
+                took, deleted = _timed(lambda: _delete_in_batches(url, cutoffs))
+                what = f"{deleted:,} rows deleted"
+        finally:
+            if inserter:
+                inserter.__exit__()
+        run.update(s=took, wal=_wal(conn) - wal0, before=size0, after=_size(conn), what=what)
+        if inserter:
+            run["p99"] = inserter.p99_ms()
+        if not partitioned and not loaded:
+            run["vacuum_s"], _ = _timed(lambda: conn.execute("VACUUM jobs"))
+            run["after_vacuum"] = _size(conn)
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -267,45 +307,19 @@ def main() -> None:
         old_day = now - now % DAY_MS - 10 * DAY_MS
         runs: dict[str, dict[str, Any]] = {}
         for loaded in (False, True):
-            for partitioned in (True, False):
-                name = ("partition retired" if partitioned else "batched deletes") + (
-                    " + inserter" if loaded else ""
-                )
-                db = postgres.new_database()
-                try:
+            dbs = {partitioned: postgres.new_database() for partitioned in (True, False)}
+            try:
+                for partitioned, db in dbs.items():
                     _setup(db.url, partitioned, args.rows, args.survivors, now)
-                    run: dict[str, Any] = {}
-                    if not loaded:  # the table's costs, with both days in it, before the work
-                        run["insert1"] = _insert_rate(db.url, args.seconds, 1)
-                        run["insert200"] = _insert_rate(db.url, args.seconds, 200)
-                        run["update500"] = _update_rate(db.url, args.seconds, 500)
-                    with psycopg.connect(db.url, autocommit=True) as conn:
-                        inserter = Inserter(db.url) if loaded else None
-                        if inserter:
-                            with Inserter(db.url) as alone:
-                                time.sleep(args.seconds)
-                            run["p99_alone"] = alone.p99_ms()
-                            inserter.__enter__()
-                        size0, wal0 = _size(conn), _wal(conn)
-                        try:
-                            if partitioned:
-                                seconds, what = _timed(lambda url=db.url: _retire(url, cutoffs, old_day))
-                            else:
-                                seconds, deleted = _timed(lambda url=db.url: _delete_in_batches(url, cutoffs))
-                                what = f"{deleted:,} rows deleted"
-                        finally:
-                            if inserter:
-                                inserter.__exit__()
-                        run.update(
-                            s=seconds, wal=_wal(conn) - wal0, before=size0, after=_size(conn), what=what
-                        )
-                        if inserter:
-                            run["p99"] = inserter.p99_ms()
-                        if not partitioned and not loaded:
-                            run["vacuum_s"], _ = _timed(lambda: conn.execute("VACUUM jobs"))
-                            run["after_vacuum"] = _size(conn)
-                    runs[name] = run
-                finally:
+                if not loaded:  # the tables' costs, with both days in them, before the work
+                    runs["rates"] = _rates({p: db.url for p, db in dbs.items()}, args.seconds)
+                for partitioned, db in dbs.items():
+                    name = ("partition retired" if partitioned else "batched deletes") + (
+                        " + inserter" if loaded else ""
+                    )
+                    runs[name] = _work(db.url, partitioned, loaded, args.seconds, cutoffs, old_day)
+            finally:
+                for db in dbs.values():
                     db.drop()
         _report(runs, args)
     finally:
@@ -344,8 +358,9 @@ def _report(runs: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
         )
     print(
         "\n== inserts and status updates before the work, partitioned / plain table "
-        "(rows per second, synchronous_commit off)"
+        "(rows per second, synchronous_commit off; median of 3 rounds taken in turn)"
     )
+    part, plain = runs["rates"][True], runs["rates"][False]
     for key, label in (
         ("insert1", "single-row INSERT"),
         ("insert200", "200-row INSERT"),
