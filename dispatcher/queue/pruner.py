@@ -16,6 +16,12 @@ record, once gone, does not come back for a finished row (the reconciler restore
 and only a requeue makes a dead row active, which the delete's own WHERE checks again), so looking
 before deleting is enough: no lock is held between the look and the delete.
 
+On a partitioned PostgreSQL table (store/partitions.py), a fresh partition is retired whole by the
+table keeper (queue/table_keeper.py) once its rows are past their period: the pruner leaves it the
+rows of the cluster's period or longer that finished after their partition began, and deletes the
+rest (rows of a shorter period, of the default and kept partitions, and every row when the
+cluster's period is shorter than a partition's interval).
+
 A job's result is a column of its row and goes with it. Idempotency keys and schedule occurrence ids
 are columns too: after the delete, an enqueue with the same key creates a new job (see
 docs/guarantees.md).
