@@ -11,14 +11,14 @@ next pass. Every SHARDQ_PARTITION_CHECK_INTERVAL a pass:
 
 1. creates the partitions of the current interval and of SHARDQ_PARTITIONS_AHEAD more (each
    dispatcher also does it at its start, before it takes any job);
-2. retires each partition whose range ended at least a retention period ago and whose finished
-   rows are all past their periods: rows of types whose period is the cluster's (or shorter) must
-   all be past; the others survive. The survivors are rows not finished, rows within their period
-   (the dead ones within their 30 days, a type whose own period is longer) and rows whose records
-   Redis still holds (the pruner's rule: found by a scan of the shards' records hashes, matching
-   the partition's id prefix). They are copied into ``<partition>_kept`` and the rest dropped;
-   a kept partition is dropped when nothing in it survives, and meanwhile belongs to the
-   row-by-row pruner (dispatcher/queue/pruner.py);
+2. retires each fresh partition whose range ended at least the cluster's retention period ago:
+   every row that finished within its range is then past its period. The survivors are rows not
+   finished, rows within their period (a dead one within its 30 days, a type whose own period is
+   longer, a row that finished after its partition's range: a retried or long-delayed job) and
+   rows whose records Redis still holds (the pruner's rule: found by a scan of the shards' records
+   hashes, matching the partition's id prefix). They are copied into ``<partition>_kept`` and the
+   rest dropped; a kept partition is dropped when nothing in it survives, and meanwhile belongs to
+   the row-by-row pruner (dispatcher/queue/pruner.py);
 3. deletes the idempotency keys (and attempt rows) the retired rows left (an orphan key is taken
    over by the next job with it meanwhile), and sets the partition and size gauges.
 """
@@ -41,7 +41,6 @@ from .pruner import Retention
 from .working_set import WorkingSet
 
 log = structlog.get_logger("shardq.partitions")
-FINISHED_STATUSES = ("succeeded", "cancelled")
 
 
 class TableKeeper:
@@ -120,19 +119,18 @@ class TableKeeper:
         return Cutoffs(now - default.finished_s * 1000, now - default.dead_s * 1000, by_type)
 
     async def _retirable(self, store: PartitionQueries, p: Partition, cutoffs: Cutoffs, now: int) -> bool:
+        """A fresh partition once its range ended a cluster period ago: every row that finished
+        within its range is past (a row that finished later, a retried or long-delayed job, survives
+        into the kept partition rather than holding the whole day back). A kept partition once every
+        finished row in it is past its own period (one probe of its index per type and status)."""
         if p.default or p.hi_ms is None:
             return False
         if p.hi_ms > now - self.retention.policy.succeeded_s * 1000:
-            return False  # ids of its range may still come (a late occurrence), its rows still finish
+            return False
+        if not p.kept:
+            return True
         newest = await store.newest_finished(p)
-        for (job_type, status), finished_at in newest.items():
-            cutoff = cutoffs.of(job_type, status)
-            if p.kept or status in FINISHED_STATUSES and cutoff >= cutoffs.finished_ms:
-                # A kept partition goes only when nothing in it survives; a fresh one waits for the
-                # rows of the cluster's period (or a shorter one): a longer one's rows survive.
-                if finished_at >= cutoff:
-                    return False
-        return True
+        return all(finished_at < cutoffs.of(t, status) for (t, status), finished_at in newest.items())
 
     async def retire(self, store: PartitionQueries, p: Partition, cutoffs: Cutoffs) -> Retirement:
         held: list[str] = []

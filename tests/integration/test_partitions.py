@@ -162,7 +162,7 @@ async def test_a_partition_is_retired_on_time_and_never_with_a_row_that_survives
     day10, day5 = now - 10 * DAY, now - 5 * DAY
     ids = _ids(day10, 20)
     gone = [
-        *[_row(i, "succeeded", now - 9 * DAY) for i in ids[9:]],  # most rows: survivors are few
+        *[_row(i, "succeeded", now - 9 * DAY) for i in ids[10:]],  # most rows: survivors are few
         _row(ids[0], "succeeded", day10 + 1000),
         _row(ids[1], "succeeded", now - 8 * DAY, key="kept-key-gone"),
         _row(ids[2], "cancelled", now - 7 * DAY - 60_000),
@@ -174,6 +174,7 @@ async def test_a_partition_is_retired_on_time_and_never_with_a_row_that_survives
         _row(ids[6], "delayed"),
         _row(ids[7], "leased"),
         _row(ids[8], "succeeded", now - 9 * DAY),  # past, but its record is still in Redis
+        _row(ids[9], "succeeded", now - 2 * DAY),  # finished late (retried for days): not past
     ]
     young = [_row(i, "succeeded", now - 2 * DAY) for i in _ids(day5, 2)]
     await _insert(store, gone + survivors + young)
@@ -188,7 +189,7 @@ async def test_a_partition_is_retired_on_time_and_never_with_a_row_that_survives
         f"jobs_p{_day_name(day10)}": "compacted",
     }
     where = await _where(store)
-    assert {i: where[i] for i in ids[:9] if i in where} == {
+    assert {i: where[i] for i in ids[:10] if i in where} == {
         r.id: f"jobs_p{_day_name(day10)}_kept" for r in survivors
     }
     assert {where[r.id] for r in young} == {f"jobs_p{_day_name(day5)}"}
@@ -213,7 +214,7 @@ async def test_a_partition_is_retired_on_time_and_never_with_a_row_that_survives
     later = now + 22 * DAY
     done = {name: r.outcome for name, r in await keeper.pass_once(later)}
     assert done[f"jobs_p{_day_name(day10)}_kept"] == "dropped"
-    assert not set(ids[:9]) & set(await _where(store))
+    assert not set(ids[:10]) & set(await _where(store))
     async with store.transaction() as tx:
         assert await tx.execute("SELECT count(*) FROM job_idem_keys WHERE job_id = ?", (ids[4],)) == [(0,)]
 
