@@ -68,9 +68,12 @@ def _fill(
 
 
 def _size(conn: psycopg.Connection) -> dict[str, int]:
+    # Over every partition on a partitioned table (migration 0014), or the table itself.
     row = conn.execute(
-        "SELECT pg_relation_size('jobs'), pg_total_relation_size('jobs') - pg_relation_size('jobs') "
-        "- pg_indexes_size('jobs'), pg_indexes_size('jobs'), pg_total_relation_size('jobs')"
+        "SELECT sum(pg_relation_size(t.relid)), "
+        "sum(pg_total_relation_size(t.relid) - pg_relation_size(t.relid) - pg_indexes_size(t.relid)), "
+        "sum(pg_indexes_size(t.relid)), sum(pg_total_relation_size(t.relid)) "
+        "FROM (SELECT relid FROM pg_partition_tree('jobs') UNION SELECT 'jobs'::regclass) AS t"
     ).fetchone()
     assert row is not None
     return dict(zip(("table", "toast", "indexes", "total"), (int(v) for v in row), strict=True))

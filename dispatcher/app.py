@@ -33,6 +33,7 @@ from .queue.sessions import RESULTS_GRACE_S, SessionContext, SessionRegistry
 from .queue.shard_loops import ShardLoops
 from .queue.sql_enqueues import SqlEnqueues
 from .queue.status_writer import StatusWriter
+from .queue.table_keeper import TableKeeper
 from .queue.transition_sink import TransitionSink
 from .queue.watches import Watches
 from .queue.working_set import WorkingSet
@@ -88,6 +89,12 @@ class Dispatcher:
             self.sessions.notify_shard,
         )
         self.flow = FlowSettings(store, self.flow_mirror)
+        self.retention = Retention(
+            store, settings.retention, settings.shard_count, settings.partitions.interval_s
+        )
+        self.table_keeper = TableKeeper(
+            store, self.working_set, self.retention, settings.partitions, settings.shard_count
+        )
         # The reaper's expiries go to the transition sink, which wakes the promoters: one is made
         # before the other, so the reapers reach the sink through this callback.
         self.loops = ShardLoops(
@@ -97,7 +104,7 @@ class Dispatcher:
             settings.lease_ahead_ms,
             self.sessions.notify_ready,
             lambda expired: self.transitions.expired(expired),
-            Retention(store, settings.retention, settings.shard_count),
+            self.retention,
         )
         self.transitions = TransitionSink(self.writer, self.sessions, self.loops.wake_promoter)
         self.reconciler = Reconciler(store, self.working_set, self.writer, self.loops.restored)
@@ -173,6 +180,13 @@ class Dispatcher:
             }
         )
         await self._check_redis_shard_count()
+        # Before any job is taken: its row needs the partition of its id. A refusal (a lock not
+        # granted in time) is not fatal: the default partition takes the rows meanwhile, and the
+        # keeper moves them into the partition it creates at a later pass.
+        try:
+            await self.table_keeper.ensure_ahead()
+        except Exception as exc:
+            log.warning("partitions not created at start: the table keeper tries again", error=str(exc))
         await self._declare_schedules()
         await self._declare_queues()
         # Before any shard is acquired: each is served only once its settings are in Redis.
@@ -185,6 +199,7 @@ class Dispatcher:
         self._tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
         self._tasks.append(asyncio.create_task(self.flow_mirror.run(), name="flow-mirror"))
         self._tasks.append(asyncio.create_task(self.sql_enqueues.run(), name="sql-enqueues"))
+        self._tasks.append(asyncio.create_task(self.table_keeper.run(), name="table-keeper"))
         log.info(
             "dispatcher started",
             id=self.dispatcher_id,

@@ -153,6 +153,64 @@ class RetentionPolicy:
 
 
 @dataclass(frozen=True)
+class PartitionPolicy:
+    """The time partitions of the jobs table on PostgreSQL (dispatcher/queue/partition_keeper.py,
+    dispatcher/store/partitions.py). SQLite has none.
+    """
+
+    #: SHARDQ_PARTITION_INTERVAL: the time one partition covers (default a day; 1h .. 7d). Boundaries
+    #: are multiples of it from the Unix epoch (UTC midnights for a day). A change applies to the
+    #: partitions created after it; those that exist keep their ranges.
+    interval_s: int = 86_400
+    #: SHARDQ_PARTITIONS_AHEAD: partitions kept ready after the current one (default 3).
+    ahead: int = 3
+    #: SHARDQ_PARTITION_CHECK_INTERVAL: how often a dispatcher creates what is missing and retires
+    #: what is past (default 5 minutes; one dispatcher at a time does it).
+    check_s: float = 300.0
+    #: SHARDQ_PARTITION_MAX_KEPT_SHARE: a partition whose survivors are more than this share of its
+    #: rows is not copied at its retirement but kept whole for the row-by-row pruner (default 0.5).
+    max_kept_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 3600 <= self.interval_s <= 7 * 86_400:
+            raise ConfigError("SHARDQ_PARTITION_INTERVAL must be 1h .. 7d")
+        if not 1 <= self.ahead <= 366:
+            raise ConfigError("SHARDQ_PARTITIONS_AHEAD must be in 1..366")
+        if not 1 <= self.check_s <= 86_400:
+            raise ConfigError("SHARDQ_PARTITION_CHECK_INTERVAL must be 1 s .. 1 d")
+        if not 0 < self.max_kept_share <= 1:
+            raise ConfigError("SHARDQ_PARTITION_MAX_KEPT_SHARE must be in (0, 1]")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> PartitionPolicy:
+        values: dict[str, Any] = {}
+        for name, key in (
+            ("interval_s", "SHARDQ_PARTITION_INTERVAL"),
+            ("check_s", "SHARDQ_PARTITION_CHECK_INTERVAL"),
+        ):
+            if env.get(key):
+                try:
+                    ms = parse_duration_ms(env[key])
+                except ValueError as exc:
+                    raise ConfigError(f"{key}: {exc}") from None
+                values[name] = ms // 1000 if name == "interval_s" else ms / 1000
+        if env.get("SHARDQ_PARTITIONS_AHEAD"):
+            try:
+                values["ahead"] = int(env["SHARDQ_PARTITIONS_AHEAD"])
+            except ValueError:
+                raise ConfigError(
+                    f"SHARDQ_PARTITIONS_AHEAD={env['SHARDQ_PARTITIONS_AHEAD']!r} is not a whole number"
+                ) from None
+        share = env.get("SHARDQ_PARTITION_MAX_KEPT_SHARE")
+        if share:
+            try:
+                values["max_kept_share"] = float(share)
+            except ValueError:
+                raise ConfigError(f"SHARDQ_PARTITION_MAX_KEPT_SHARE={share!r} is not a number") from None
+        return cls(**values)
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything a dispatcher process reads at start. Defaults are documented per field."""
 
@@ -274,6 +332,7 @@ class Settings:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     fairness: FairnessPolicy = field(default_factory=FairnessPolicy)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    partitions: PartitionPolicy = field(default_factory=PartitionPolicy)
 
     def __post_init__(self) -> None:
         if not 1 <= self.shard_count <= MAX_SHARD_COUNT:
@@ -345,7 +404,8 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
-        simple = {f.name: f for f in fields(cls) if f.name not in ("retry", "fairness", "retention")}
+        policies = ("retry", "fairness", "retention", "partitions")
+        simple = {f.name: f for f in fields(cls) if f.name not in policies}
         for name, f in simple.items():
             raw = env.get(f"SHARDQ_{name.upper()}")
             if raw is None or (raw == "" and name not in ("metrics_listen", "health_listen")):
@@ -380,5 +440,6 @@ class Settings:
         if env.get("SHARDQ_PRIORITY_WEIGHTS"):
             values["fairness"] = FairnessPolicy.parse(env["SHARDQ_PRIORITY_WEIGHTS"])
         values["retention"] = RetentionPolicy.from_env(env)
+        values["partitions"] = PartitionPolicy.from_env(env)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -26,6 +26,13 @@ class Postgres:
             self.admin, self.source = self.cluster.url, "a throwaway cluster started for the run"
         return self
 
+    def start_private(self) -> Postgres:
+        """A throwaway cluster of its own, whatever else runs: a measure of WAL (which a server
+        counts for all its databases) sees only the run's own writes."""
+        self.cluster = PgCluster().start()
+        self.admin, self.source = self.cluster.url, "a throwaway cluster of its own (fsync=off)"
+        return self
+
     def new_database(self) -> TempDatabase:
         assert self.admin is not None, "start() first"
         database = TempDatabase(self.admin, prefix="shardq_bench")

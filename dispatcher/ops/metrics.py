@@ -146,6 +146,33 @@ RETENTION_OVERDUE = Gauge(
     **({"multiprocess_mode": "livemax"} if _MULTIPROCESS else {}),
 )
 
+# The database's size and partitions (PostgreSQL), as of the process's last partition keeper pass:
+# every dispatcher reads them, so the largest value across processes is current.
+DB_PARTITIONS = Gauge(
+    "shardq_db_partitions",
+    "Partitions of the jobs table (PostgreSQL), by kind: fresh (retired whole once past retention), "
+    "ahead (the fresh ones after the current interval, created in advance), kept (a retired "
+    "partition's survivors, pruned row by row), legacy (the table as it was before partitioning) "
+    "and default (ids no partition covers).",
+    ["kind"],
+    **({"multiprocess_mode": "livemax"} if _MULTIPROCESS else {}),
+)
+DB_TABLE_BYTES = Gauge(
+    "shardq_db_table_bytes",
+    "Bytes on disk of a table, its indexes and TOAST included (jobs: every partition; job_idem_keys; "
+    "job_attempts), as of the process's last partition keeper pass (SQLite: the jobs table and its "
+    'indexes, and the file as table="file").',
+    ["table"],
+    **({"multiprocess_mode": "livemax"} if _MULTIPROCESS else {}),
+)
+PARTITIONS_DROPPED = Counter(
+    "shardq_db_partitions_dropped_total",
+    "Partitions of the jobs table retention retired, by how: dropped (nothing survived), compacted "
+    "(its survivors copied into a small partition of the same range, the rest dropped) or kept (too "
+    "many survivors: left whole to the row-by-row pruner).",
+    ["how"],
+)
+
 
 def forget_shard_retention(shard: int) -> None:
     """The shard moved: its new owner reports it. Zero, not removed (a supervisor's children share

@@ -16,6 +16,12 @@ record, once gone, does not come back for a finished row (the reconciler restore
 and only a requeue makes a dead row active, which the delete's own WHERE checks again), so looking
 before deleting is enough: no lock is held between the look and the delete.
 
+On a partitioned PostgreSQL table (store/partitions.py), a fresh partition is retired whole by the
+table keeper (queue/table_keeper.py) once its rows are past their period: the pruner leaves it the
+rows of the cluster's period or longer that finished after their partition began, and deletes the
+rest (rows of a shorter period, of the default and kept partitions, and every row when the
+cluster's period is shorter than a partition's interval).
+
 A job's result is a column of its row and goes with it. Idempotency keys and schedule occurrence ids
 are columns too: after the delete, an enqueue with the same key creates a new job (see
 docs/guarantees.md).
@@ -37,6 +43,8 @@ from shardq_common.wakeup import Wakeup
 from ..config import RetentionPolicy
 from ..ops import metrics
 from ..store import Store
+from ..store.partitions import Partition, PartitionQueries
+from ..store.retention import WholeRange
 from .flow import QueueSettings
 from .ownership import Ownership
 from .shard_loop import run_shard_loop
@@ -83,15 +91,17 @@ async def prune_rows(
     batch: int,
     pause_s: float,
     max_rows: int,
+    outside: Sequence[WholeRange] = (),
 ) -> PruneResult:
     """Delete the type's rows in ``status`` finished before ``cutoff_ms`` whose records are gone
-    from Redis, ``batch`` rows a statement, at most ``max_rows``."""
+    from Redis, ``batch`` rows a statement, at most ``max_rows``, but for those of the partitions
+    ``outside`` names that their retirement takes."""
     shard = shard_for(job_type, shard_count)
     result = PruneResult()
     after: tuple[int, str] | None = None
     while result.deleted < max_rows:
         rows = await store.finished_before(
-            job_type, status, cutoff_ms, min(batch, max_rows - result.deleted), after
+            job_type, status, cutoff_ms, min(batch, max_rows - result.deleted), after, outside
         )
         if not rows:
             return result
@@ -111,17 +121,27 @@ async def prune_rows(
     return result
 
 
+def whole_ranges(partitions: Sequence[Partition]) -> list[WholeRange]:
+    """The fresh partitions (retired whole): id range and start."""
+    return [(p.lo or "", p.hi, p.lo_ms or 0) for p in partitions if p.fresh]
+
+
 class Retention:
     """One per process: the retention periods of the job types with finished rows, read from the
     DB (the types by a loose scan of the ``jobs_finished`` index, their periods from
     ``queue_settings``) at most once per refresh, and shared by the process's pruners."""
 
-    def __init__(self, store: Store, policy: RetentionPolicy, shard_count: int) -> None:
+    def __init__(
+        self, store: Store, policy: RetentionPolicy, shard_count: int, partition_interval_s: int = 86_400
+    ) -> None:
         self.store = store
         self.policy = policy
         self.shard_count = shard_count
+        self.partition_interval_s = partition_interval_s
         self.refresh_ms = int(max(1.0, policy.interval_s / 2) * 1000)
         self._types: dict[int, dict[str, Periods]] = {}
+        #: The partitions retired whole (PostgreSQL, store/partitions.py).
+        self.whole: list[WholeRange] = []
         self._read_at = -1
         self._lock = asyncio.Lock()
 
@@ -152,7 +172,18 @@ class Retention:
                 configured.get(job_type)
             )
         self._types = by_shard
+        if isinstance(self.store, PartitionQueries):
+            self.whole = whole_ranges(await self.store.partitions())
         self._read_at = steady_ms()
+
+    def outside(self, period_s: int) -> list[WholeRange]:
+        """The ranges the row pruner leaves alone for rows of this period: on a partitioned table,
+        those of the partitions retired whole when their period is at least the cluster's (the
+        retirement takes them, or copies them out to kept partitions). A partition retires once its
+        last rows are past, up to an interval after its first: shorter periods, and every period
+        when the cluster's is shorter than an interval, are pruned row by row everywhere."""
+        cluster_s = self.policy.succeeded_s
+        return self.whole if period_s >= cluster_s >= self.partition_interval_s else []
 
 
 class Pruner:
@@ -201,6 +232,7 @@ class Pruner:
                         batch=self.policy.batch,
                         pause_s=self.policy.pause_ms / 1000,
                         max_rows=left,
+                        outside=self.retention.outside(periods.of(status)),
                     )
                     left -= result.deleted
                     self.pruned_total += result.deleted
@@ -211,7 +243,10 @@ class Pruner:
                         )
                 else:
                     complete = False
-                first = await self.retention.store.oldest_finished(job_type, status)
+                # Overdue rows are the row pruner's; a partition's rows wait for its retirement.
+                first = await self.retention.store.oldest_finished(
+                    job_type, status, self.retention.outside(periods.of(status))
+                )
                 if first is not None:
                     age_ms = max(0, now - first)
                     oldest[status] = max(oldest.get(status, 0), age_ms)

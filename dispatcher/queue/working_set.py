@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -587,6 +588,18 @@ class WorkingSet:
         k = ShardKeys(shard)
         r = await self.scripts.missing_jobs(keys=[k.jobs, k.unpushed], args=list(ids))
         return {_s(r[i]): bool(int(r[i + 1])) for i in range(0, len(r), 2)}
+
+    async def held_between(self, shard: int, lo: str | None, hi: str | None) -> list[str]:
+        """The ids in [lo, hi) (None: unbounded) of the jobs whose records the shard holds: a scan of
+        its records hash, matching the bounds' common prefix on the server, a page at a time."""
+        prefix = os.path.commonprefix([lo, hi]) if lo and hi else ""
+        match = prefix + "*"  # ids are letters and digits: no glob character to escape
+        out = []
+        async for name, _ in self.redis.hscan_iter(ShardKeys(shard).jobs, match=match, count=1000):
+            job_id = _s(name)
+            if (lo is None or job_id >= lo) and (hi is None or job_id < hi):
+                out.append(job_id)
+        return out
 
     async def finished(self, shard: int, ids: Sequence[str]) -> list[tuple[str, JobRecord, bytes | None]]:
         """Those of these jobs whose record in Redis is finished (succeeded, dead, cancelled), each

@@ -221,6 +221,8 @@ class Tx(abc.ABC):
     """One open transaction."""
 
     supports_for_update = False  # SELECT ... FOR UPDATE (SQLite serializes writers anyway)
+    #: (idem_key, id) of the jobs of a type (the first parameter) holding these keys (the others)
+    idem_owners_sql = "SELECT idem_key, id FROM jobs WHERE type = ? AND idem_key IN ({marks})"
 
     @abc.abstractmethod
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
@@ -251,9 +253,7 @@ async def _owners_of_keys(tx: Tx, keys: set[tuple[str, str]]) -> dict[tuple[str,
         for i in range(0, len(type_keys), 500):
             chunk = type_keys[i : i + 500]
             marks = ", ".join("?" * len(chunk))
-            found = await tx.execute(
-                f"SELECT idem_key, id FROM jobs WHERE type = ? AND idem_key IN ({marks})", [job_type, *chunk]
-            )
+            found = await tx.execute(tx.idem_owners_sql.format(marks=marks), [job_type, *chunk])
             owner_of.update({(job_type, k): v for k, v in found})
     return owner_of
 
@@ -296,10 +296,16 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
 
     # -- schema --------------------------------------------------------------------
 
-    async def migrate(self) -> list[str]:
-        """Apply the migrations not applied yet, in order. Returns their names."""
+    async def migrate(self, before: str | None = None) -> list[str]:
+        """Apply the migrations not applied yet, in order (only those numbered before ``before``,
+        e.g. "0014", when given: a test's way to fill a table as an older version left it). Returns
+        their names."""
         root = resources.files("dispatcher.store") / "migrations"
-        names = sorted(p.name for p in root.iterdir() if _migration_for(p.name, self.backend))
+        names = sorted(
+            p.name
+            for p in root.iterdir()
+            if _migration_for(p.name, self.backend) and (before is None or p.name < before)
+        )
         applied: list[str] = []
         async with self.transaction() as tx:
             # Processes starting together (a supervisor's children, a Deployment's pods) take turns:
@@ -582,6 +588,14 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
         non-durable ones included. SQLite's are durable against a crash of the process, which is
         what matters here: always everything."""
         return 2**62
+
+    async def table_bytes(self) -> dict[str, int]:
+        """Bytes on disk of the job tables, indexes included (shardq_db_table_bytes)."""
+        return {}
+
+    async def vacuum_some(self) -> int:
+        """Give some of the file's free pages back to the file system (SQLite); returns how many."""
+        return 0
 
     async def ping(self) -> None:
         async with self.transaction() as tx:

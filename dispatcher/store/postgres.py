@@ -14,6 +14,7 @@ from shardq_common.errors import StoreUnavailable
 from shardq_common.redaction import redact
 
 from .base import NEW_JOB_COLUMNS, AttemptUpdate, JobRow, Store, StoreUpdate, Tx
+from .partitions import PartitionQueries
 from .search import COUNT_TIMEOUT_MS, FLOOR_TIMEOUT_MS, SEARCH_TIMEOUT_MS, JobQuery, SearchTooSlow
 
 # One statement for a whole batch of status updates (executemany would be a round trip per row);
@@ -88,6 +89,8 @@ def _pg(sql: str) -> str:
 
 class _PgTx(Tx):
     supports_for_update = True
+    # Keys are unique across the partitions of jobs in a table of their own (migration 0014).
+    idem_owners_sql = "SELECT idem_key, job_id FROM job_idem_keys WHERE type = ? AND idem_key IN ({marks})"
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.conn = conn
@@ -123,7 +126,7 @@ class _PgTx(Tx):
                 await copy.write_row(row)
 
 
-class PostgresStore(Store):
+class PostgresStore(PartitionQueries, Store):
     backend = "postgres"
 
     def __init__(self, url: str, min_size: int = 1, max_size: int = 8) -> None:

@@ -30,6 +30,22 @@ _TYPES = (
 )
 
 
+#: A partition retention retires whole: its id range (hi None: unbounded) and when it starts (ms).
+WholeRange = tuple[str, str | None, int]
+
+
+def _outside(ranges: Sequence[WholeRange]) -> tuple[str, list[object]]:
+    """SQL (and its parameters) leaving out the rows of these partitions that finished after their
+    partition's range began, which the partition's retirement takes. A row finished before its
+    own partition began (its id's time is later than its finish: another host's clock) is left in."""
+    sql, params = "", []
+    for lo, hi, lo_ms in ranges:
+        upper = "" if hi is None else " AND id < ?"
+        sql += f"AND NOT (id >= ?{upper} AND finished_at >= ?) "
+        params += [lo, *([] if hi is None else [hi]), lo_ms]
+    return sql, params
+
+
 class RetentionQueries:
     """Mixed into Store: every method is one transaction."""
 
@@ -42,28 +58,40 @@ class RetentionQueries:
             rows = await tx.execute(_TYPES, (MAX_TYPES,))
         return [str(r[0]) for r in rows]
 
-    async def oldest_finished(self, job_type: str, status: str) -> int | None:
-        """When the type's oldest row in this status finished (ms), None without one."""
+    async def oldest_finished(
+        self, job_type: str, status: str, outside: Sequence[WholeRange] = ()
+    ) -> int | None:
+        """When the type's oldest row in this status finished (ms), None without one; the rows of the
+        partitions ``outside`` names do not count (see finished_before)."""
+        fence, fence_params = _outside(outside)
         async with self.transaction() as tx:
             rows = await tx.execute(
                 f"SELECT MIN(finished_at) FROM jobs WHERE {FINISHED_SQL} AND type = ? AND status = ? "
-                "AND finished_at IS NOT NULL",
-                (job_type, status),
+                f"AND finished_at IS NOT NULL {fence}",
+                (job_type, status, *fence_params),
             )
         return None if not rows or rows[0][0] is None else int(rows[0][0])
 
     async def finished_before(
-        self, job_type: str, status: str, cutoff_ms: int, limit: int, after: tuple[int, str] | None = None
+        self,
+        job_type: str,
+        status: str,
+        cutoff_ms: int,
+        limit: int,
+        after: tuple[int, str] | None = None,
+        outside: Sequence[WholeRange] = (),
     ) -> list[tuple[str, int]]:
         """Up to ``limit`` (id, finished_at) of the type's rows in this status that finished before
-        ``cutoff_ms``, oldest first, after the row ``after`` (its finished_at and id)."""
+        ``cutoff_ms``, oldest first, after the row ``after`` (its finished_at and id), but for the rows
+        of the partitions ``outside`` names that their retirement takes."""
         # A row value: both databases seek the index to it (an OR of the two cases they would filter).
         keyset, params = ("AND (finished_at, id) > (?, ?) ", list(after)) if after is not None else ("", [])
+        fence, fence_params = _outside(outside)
         async with self.transaction() as tx:
             rows = await tx.execute(
                 f"SELECT id, finished_at FROM jobs WHERE {FINISHED_SQL} AND type = ? AND status = ? "
-                f"AND finished_at < ? {keyset}ORDER BY finished_at, id LIMIT ?",
-                (job_type, status, cutoff_ms, *params, limit),
+                f"AND finished_at < ? {keyset}{fence}ORDER BY finished_at, id LIMIT ?",
+                (job_type, status, cutoff_ms, *params, *fence_params, limit),
             )
         return [(str(r[0]), int(r[1])) for r in rows]
 

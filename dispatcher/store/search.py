@@ -5,9 +5,10 @@ Which index serves which condition (migration 0013 and the earlier ones; docs/op
 query plans): the order and the created-time range use the primary key (the time is the id's
 prefix); job types, exact or resolved from patterns and scopes, ``jobs_type_id`` (type, id); the
 dead-letter reason ``jobs_dead``; the schedule ``jobs_schedule_id``; the idempotency key
-``jobs_idem_key``; finished-time ranges ``jobs_finished``. Error text and payload fields are
-conditions checked row by row along one of those; an operator adds an expression index for the
-payload fields their searches use (docs/operations.md).
+``jobs_idem_key`` (on PostgreSQL, ``job_idem_keys_key`` of migration 0015); finished-time ranges
+``jobs_finished``. Error text and payload fields are conditions checked row by row along one of
+those; an operator adds an expression index for the payload fields their searches use
+(docs/operations.md).
 
 Payloads are bytes. A payload condition holds only for a payload that is a JSON object with that
 field and value: any other payload (not UTF-8, not JSON, a JSON array or scalar) never matches, and
@@ -139,7 +140,12 @@ class JobQuery:
             sql.append("finished_at < ?")
             params.append(self.finished_before_ms)
         if self.idem_key:
-            sql.append("idem_key = ?")
+            # PostgreSQL's jobs table is partitioned (migration 0014): the keys' index is job_idem_keys.
+            sql.append(
+                "id IN (SELECT job_id FROM job_idem_keys WHERE idem_key = ?)"
+                if backend == "postgres"
+                else "idem_key = ?"
+            )
             params.append(self.idem_key)
         if self.schedule:
             sql.append("schedule = ?")

@@ -15,6 +15,10 @@ from shardq_common.errors import StoreUnavailable
 
 from .base import Store, Tx
 
+_INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
+#: Most free pages one incremental vacuum gives back (16 MiB of 4 KiB pages).
+VACUUM_PAGES = 4096
+
 
 class _SqliteTx(Tx):
     def __init__(self, conn: aiosqlite.Connection) -> None:
@@ -44,6 +48,7 @@ class SqliteStore(Store):
         # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
         self._conn = await aiosqlite.connect(self.path, isolation_level=None, timeout=10)
         try:
+            await self._incremental_vacuum_if_new()
             await self._enable_wal()
             # FULL: a commit is on disk before enqueue returns OK.
             await self._conn.execute("PRAGMA synchronous=FULL")
@@ -53,6 +58,51 @@ class SqliteStore(Store):
             await self._conn.close()
             self._conn = None
             raise StoreUnavailable(f"cannot open {self.url_for_logs}: {exc}") from exc
+
+    async def _incremental_vacuum_if_new(self) -> None:
+        """A new file is made with auto_vacuum=INCREMENTAL, so that the pages retention frees can be
+        given back (vacuum_some). The mode can only be chosen before the first table: a file made
+        before it keeps its mode until a full VACUUM rewrites it (docs/operations.md)."""
+        assert self._conn is not None
+        async with self._conn.execute("SELECT count(*) FROM sqlite_master") as cur:
+            row = await cur.fetchone()
+        if row is not None and row[0] == 0:
+            await self._conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+
+    async def _pragma(self, name: str) -> int:
+        assert self._conn is not None
+        async with self._conn.execute(f"PRAGMA {name}") as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def vacuum_some(self) -> int:
+        """Give up to VACUUM_PAGES free pages back once more than a tenth of the file is free: each
+        page freed is a write under the one write lock, so a bounded number per call."""
+        if self._conn is None or await self._pragma("auto_vacuum") != _INCREMENTAL:
+            return 0
+        free = await self._pragma("freelist_count")
+        if free * 10 <= await self._pragma("page_count"):
+            return 0
+        pages = min(free, VACUUM_PAGES)
+        async with self._lock:
+            await self._conn.execute(f"PRAGMA incremental_vacuum({pages})")
+        return pages
+
+    async def table_bytes(self) -> dict[str, int]:
+        """The file's size, and the jobs table's with its indexes when SQLite has its dbstat table."""
+        if self._conn is None:
+            return {}
+        out = {"file": await self._pragma("page_count") * await self._pragma("page_size")}
+        try:
+            async with self._conn.execute(
+                "SELECT sum(pgsize) FROM dbstat WHERE name = 'jobs' OR name IN "
+                "(SELECT name FROM sqlite_master WHERE tbl_name = 'jobs' AND type = 'index')"
+            ) as cur:
+                row = await cur.fetchone()
+            out["jobs"] = int(row[0] or 0) if row else 0
+        except sqlite3.OperationalError:  # built without SQLITE_ENABLE_DBSTAT_VTAB
+            pass
+        return out
 
     async def _enable_wal(self, attempts: int = 50) -> None:
         """Switching a new file to WAL needs a lock SQLite does not wait for: the processes of one

@@ -678,6 +678,7 @@ ALERTS = {
     "ShardqRedisRefusingCommands": "warning",
     "ShardqJobsRestoredFromDatabase": "info",
     "ShardqRetentionFallingBehind": "warning",
+    "ShardqPartitionsRunningOut": "warning",
 }
 
 
@@ -726,6 +727,7 @@ def test_prometheus_rule_alerts_on_exported_metrics_of_this_release(helm: Helm) 
         "shardq_dispatchers_alive",
         "shardq_dependency_up",
         "shardq_retention_overdue_seconds",
+        "shardq_db_partitions",
     } <= read
     assert "up" in metric_names(rules["ShardqNoDispatcher"]["expr"])
     assert rules["ShardqReadyJobsWaiting"]["expr"].endswith("> 600")

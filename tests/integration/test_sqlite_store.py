@@ -43,3 +43,46 @@ async def test_a_transaction_abandoned_by_a_cancelled_caller_is_undone(tmp_path:
     finally:
         other.close()
         await store.close()
+
+
+async def test_a_new_file_gives_the_pages_retention_freed_back_a_bounded_number_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """A file made by this version has auto_vacuum=INCREMENTAL; once over a tenth of it is free,
+    each call gives up to VACUUM_PAGES pages back, and the file shrinks. A file made before keeps
+    its mode: nothing is vacuumed behind the operator's back."""
+    from dispatcher.store.sqlite import VACUUM_PAGES
+
+    path = tmp_path / "store.sqlite3"
+    store = SqliteStore(str(path))
+    await store.open()
+    try:
+        await store.migrate()
+        async with store.transaction() as tx:
+            await tx.execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000) "
+                "INSERT INTO jobs (id, type, shard, priority, payload, status, run_at, max_attempts, "
+                "lease_ttl_ms, enqueued_at, updated_at) "
+                "SELECT printf('%026d', i), 't', 0, 1, zeroblob(500), 'succeeded', 1, 5, 1000, 1, 1 FROM n"
+            )
+        assert await store.vacuum_some() == 0  # nothing free yet
+        async with store.transaction() as tx:
+            await tx.execute("DELETE FROM jobs")
+        size = (await store.table_bytes())["file"]
+        freed = await store.vacuum_some()
+        assert 0 < freed <= VACUUM_PAGES
+        while await store.vacuum_some():
+            pass
+        assert (await store.table_bytes())["file"] < size / 4
+    finally:
+        await store.close()
+
+    old = tmp_path / "old.sqlite3"
+    sqlite3.connect(old).execute("CREATE TABLE t (x)").connection.close()  # made without the mode
+    store = SqliteStore(str(old))
+    await store.open()
+    try:
+        assert await store._pragma("auto_vacuum") == 0
+        assert await store.vacuum_some() == 0
+    finally:
+        await store.close()

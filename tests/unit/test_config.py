@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from dispatcher.config import FairnessPolicy, RetentionPolicy, RetryPolicy, Settings
+from dispatcher.config import FairnessPolicy, PartitionPolicy, RetentionPolicy, RetryPolicy, Settings
 from shardq_common.errors import ConfigError
 
 
@@ -81,6 +81,27 @@ def test_retention_settings_are_durations_within_bounds() -> None:
         ({"SHARDQ_RETENTION_BATCH": "many"}, "SHARDQ_RETENTION_BATCH='many' is not a whole number"),
         ({"SHARDQ_RETENTION_INTERVAL": "200ms"}, "SHARDQ_RETENTION_INTERVAL must be 1 s .. 1 d"),
         ({"SHARDQ_RETENTION_PASS_ROWS": "10"}, "SHARDQ_RETENTION_PASS_ROWS must be at least"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            Settings.from_env(env)
+
+
+def test_partition_settings_are_checked() -> None:
+    settings = Settings.from_env(
+        {
+            "SHARDQ_PARTITION_INTERVAL": "6h",
+            "SHARDQ_PARTITIONS_AHEAD": "8",
+            "SHARDQ_PARTITION_CHECK_INTERVAL": "1m",
+        }
+    )
+    assert settings.partitions == PartitionPolicy(interval_s=6 * 3600, ahead=8, check_s=60.0)
+    assert Settings.from_env({}).partitions == PartitionPolicy(interval_s=86_400, ahead=3)
+    for env, message in (
+        ({"SHARDQ_PARTITION_INTERVAL": "10m"}, "SHARDQ_PARTITION_INTERVAL must be 1h .. 7d"),
+        ({"SHARDQ_PARTITION_INTERVAL": "daily"}, "SHARDQ_PARTITION_INTERVAL: 'daily' is not a duration"),
+        ({"SHARDQ_PARTITIONS_AHEAD": "0"}, "SHARDQ_PARTITIONS_AHEAD must be in 1..366"),
+        ({"SHARDQ_PARTITIONS_AHEAD": "some"}, "SHARDQ_PARTITIONS_AHEAD='some' is not a whole number"),
+        ({"SHARDQ_PARTITION_MAX_KEPT_SHARE": "0"}, "SHARDQ_PARTITION_MAX_KEPT_SHARE must be in (0, 1]"),
     ):
         with pytest.raises(ConfigError, match=re.escape(message)):
             Settings.from_env(env)
