@@ -22,6 +22,7 @@ for that work. ``sweep`` measures one system at several concurrencies, to find t
 from __future__ import annotations
 
 import argparse
+import functools
 import shlex
 import sys
 import tempfile
@@ -216,6 +217,6 @@ def _soak(args: argparse.Namespace, command: str) -> None:
         f"({args.rate:g}/s, bursts of {args.burst_rate:g}/s for {args.burst_seconds:g} s every "
         f"{args.burst_every:g} s), retention {args.retention}; writing {plan.out}"
     )
-    results = run_soak(plan)
+    results = run_soak(plan, log=functools.partial(print, flush=True))
     if not results["ok"]:
         raise SystemExit(1)

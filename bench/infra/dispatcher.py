@@ -26,9 +26,7 @@ def dispatcher_settings(processes: int) -> dict[str, Any]:
 
 
 class Dispatcher:
-    def __init__(
-        self, redis_url: str, db_url: str, log_dir: Path, processes: int, **overrides: Any
-    ) -> None:
+    def __init__(self, redis_url: str, db_url: str, log_dir: Path, processes: int, **overrides: Any) -> None:
         """``overrides``: settings that differ from the defaults (``retention_succeeded="2m"``)."""
         log_dir.mkdir(parents=True, exist_ok=True)
         self.settings = {**dispatcher_settings(processes), **overrides}

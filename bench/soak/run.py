@@ -126,8 +126,13 @@ def run(plan: SoakPlan, log=print) -> dict[str, Any]:  # noqa: ANN001
                 "--types", ",".join(TYPES), "--window", str(plan.sample_s), "--out", str(path),
             ]  # fmt: skip
             workers.append(
-                subprocess.Popen(command, cwd=ROOT, env=_env({}), stdout=open(logs / f"worker-{i}.log", "wb"),  # noqa: SIM115
-                                 stderr=subprocess.STDOUT)  # fmt: skip
+                subprocess.Popen(
+                    command,
+                    cwd=ROOT,
+                    env=_env({}),
+                    stdout=open(logs / f"worker-{i}.log", "wb"),  # noqa: SIM115
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
             )
         stats = WorkerStats(stat_paths)
         with Client(dispatcher.target, timeout=10) as client:
@@ -135,7 +140,9 @@ def run(plan: SoakPlan, log=print) -> dict[str, Any]:  # noqa: ANN001
         producer = Producer(dispatcher.target, TYPES, plan.shape)
         producer.start()
         began = time.monotonic()
-        collected = _sample_loop(plan, began, database.url, redis_server, dispatcher, workers, stats, producer, log)
+        collected = _sample_loop(
+            plan, began, database.url, redis_server, dispatcher, workers, stats, producer, log
+        )
         producer.stop.set()
         producer.join(timeout=30)
         cron_stopped = time.monotonic()
@@ -194,7 +201,7 @@ def _sample_loop(plan, began, db_url, redis_server, dispatcher, workers, stats, 
                 p50_ms=_weighted(lines, "p50_ms"),
                 p99_ms=_weighted(lines, "p99_ms"),
                 ingest_per_s=(sent - last_sent) / dt,
-                drain_per_s=sum(line["ran"] + line["retried"] + line["cron"] for line in lines) / plan.sample_s,
+                drain_per_s=sum(n["ran"] + n["retried"] + n["cron"] for n in lines) / plan.sample_s,
                 prune_per_s=(pruned - last_pruned) / dt,
             )
             collected.append(sample)
@@ -229,8 +236,9 @@ def _verdict(plan, collected, producer, stats, cron_expected, log) -> dict[str, 
         + f"; {stats.ran:,} of {producer.sent:,} jobs ran"
     )
     title = (
-        f"shardq soak: {plan.minutes:g} min, {plan.shape.rate:g} jobs/s + bursts of {plan.shape.burst_rate:g}/s "
-        f"for {plan.shape.burst_seconds:g} s every {plan.shape.burst_every:g} s, retention {plan.retention}"
+        f"shardq soak: {plan.minutes:g} min, {plan.shape.rate:g} jobs/s "
+        f"+ bursts of {plan.shape.burst_rate:g}/s for {plan.shape.burst_seconds:g} s "
+        f"every {plan.shape.burst_every:g} s, retention {plan.retention}"
     )
     note = report.plot(plan.out / "soak.png", collected, title)
     report.write_csv(plan.out / "samples.csv", collected)

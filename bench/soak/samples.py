@@ -108,15 +108,17 @@ def table(samples: list[Sample]) -> list[str]:
 
 def thirds_table(checks: list[Check]) -> list[str]:
     labels = dict(RESOURCES + LATENCIES)
-    lines = ["| series | second third | last third | last / second | verdict |", "| --- | ---: | ---: | ---: | --- |"]
+    lines = [
+        "| series | second third | last third | last / second | verdict |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
     for c in checks:
         unit = (lambda v: f"{v:,.1f} ms") if c.name.endswith("_ms") else (
             (lambda v: f"{v:,.0f}") if c.name == "rows" else (lambda v: f"{v / 1e6:,.1f} MB")
         )  # fmt: skip
         ratio = f"{c.last / c.second:.2f}" if c.second else "-"
-        lines.append(
-            f"| {labels[c.name]} | {unit(c.second)} | {unit(c.last)} | {ratio} | {'ok' if c.ok else 'FAILED'} |"
-        )
+        verdict = "ok" if c.ok else "FAILED"
+        lines.append(f"| {labels[c.name]} | {unit(c.second)} | {unit(c.last)} | {ratio} | {verdict} |")
     return lines
 
 

@@ -353,3 +353,51 @@ def test_a_worker_whose_only_address_stops_finds_the_other_dispatchers(
             message=lambda: f"{len(set(ids) - {e['job'] for e in read_ledger(ledger)})} jobs never ran",
         )
     assert time.monotonic() - stopped < 30, "the jobs waited for their leases to lapse"
+
+
+@POSTGRES
+def test_routing_clients_close_channels_to_owners_gone_from_the_map(start_dispatcher, redis_url, db_url):
+    """A routing client keeps a channel per owner address it sent jobs to. Dispatchers come back at
+    new addresses (a pod's IP changes with each restart), so an address the shard map no longer names
+    is closed once calls sent there are past their deadline: a long-lived producer held one channel
+    per dispatcher address it ever used, the whole life of the process."""
+    import asyncio
+
+    from worker_sdk import AsyncClient
+
+    procs = [start_dispatcher(redis_url, db_url, **FAST) for _ in range(2)]
+    wait_until(lambda: settled_view(procs[0].target, 2), timeout=30)
+    with Client(procs[0].target) as client:
+        client.rebalance()
+    wait_until(lambda: sorted(_owners(procs[0].target).values()) == [8, 8], timeout=20)
+    address_of = {s.shard: s.address for s in _map(procs[0].target).shards}
+    theirs = [t for t in (f"t{i}" for i in range(200)) if address_of[shard_for(t, SHARDS)] == procs[1].target]
+    gone = procs[1].target
+
+    def reread_and_enqueue(client: Client) -> bool:
+        client._routes._read_at = -float("inf")  # type: ignore[union-attr]  # the map's 10 s refresh, now
+        client.enqueue(theirs[0])
+        return gone not in client._owner_stubs
+
+    async def routed_async() -> bool:
+        async with AsyncClient(procs[0].target, timeout=2, route=True) as client:
+            await client.enqueue(theirs[0])
+            assert gone in client._owner_stubs
+            procs[1].kill()
+            wait_until(lambda: settled_view(procs[0].target, 1), timeout=30)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                client._routes._read_at = -float("inf")  # type: ignore[union-attr]
+                await client.enqueue(theirs[0])
+                await asyncio.sleep(0.3)
+                if gone not in client._owner_stubs:
+                    return True
+            return False
+
+    with Client(procs[0].target, timeout=2, route=True) as client:
+        client.enqueue(theirs[0])
+        assert gone in client._owner_stubs
+        assert asyncio.run(routed_async()), "AsyncClient kept its channel to the dead owner"
+        wait_until(lambda: reread_and_enqueue(client), timeout=15, interval=0.3)
+        assert client._owner_channel_of.keys() == client._owner_stubs.keys()
+        assert client.get_job(client.enqueue(theirs[1])).type == theirs[1]
