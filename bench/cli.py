@@ -175,6 +175,7 @@ def _soak_parser(commands: argparse._SubParsersAction) -> None:
         "--burst-every", type=float, default=150.0,
         help="seconds from one burst to the next, a compressed hour (default 150: 4 per third of 30 minutes)",
     )  # fmt: skip
+    soak.add_argument("--max-delay", type=float, default=30.0, help="delayed jobs wait up to this (30 s)")
     soak.add_argument("--retention", default="2m", help="retention of finished jobs (a duration, or off)")
     soak.add_argument("--sample", type=float, default=10.0, help="seconds between samples (default 10)")
     soak.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
@@ -204,7 +205,11 @@ def _soak(args: argparse.Namespace, command: str) -> None:
         raise SystemExit("--burst-seconds must be shorter than --burst-every")
     if args.workers < 1 or args.dispatcher_processes < 1:
         raise SystemExit("--workers and --dispatcher-processes: 1 or more")
-    shape = LoadShape(args.rate, args.burst_rate, args.burst_seconds, args.burst_every)
+    if args.max_delay < 1:
+        raise SystemExit("--max-delay: 1 s or more")
+    shape = LoadShape(
+        args.rate, args.burst_rate, args.burst_seconds, args.burst_every, max_delay=args.max_delay
+    )
     plan = SoakPlan(
         minutes=args.minutes, shape=shape, retention=args.retention, sample_s=args.sample,
         out=args.out or RESULTS / datetime.now(UTC).date().isoformat() / "soak", workers=args.workers,
