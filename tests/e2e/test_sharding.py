@@ -401,3 +401,29 @@ def test_routing_clients_close_channels_to_owners_gone_from_the_map(start_dispat
         wait_until(lambda: reread_and_enqueue(client), timeout=15, interval=0.3)
         assert client._owner_channel_of.keys() == client._owner_stubs.keys()
         assert client.get_job(client.enqueue(theirs[1])).type == theirs[1]
+
+
+def test_memberships_that_lapsed_an_hour_ago_are_forgotten(start_dispatcher, redis_url, db_url):
+    """A member id is per process (host and port), so every dispatcher that ever died left its id and
+    address in Redis, and every shard map (to every worker and client, at each refresh) listed them
+    all. One lapsed over an hour ago is forgotten; one lapsed a minute ago is still shown, as dead;
+    one that stops cleanly takes its id with it."""
+    import redis as redis_sync
+
+    from dispatcher.queue.keys import ALIVE_KEY, MEMBERS_KEY
+
+    admin = redis_sync.Redis.from_url(redis_url, decode_responses=True)
+    seconds, micros = admin.time()
+    now_ms = seconds * 1000 + micros // 1000
+    admin.hset(MEMBERS_KEY, mapping={"died-long-ago": "10.0.0.1:7070", "died-recently": "10.0.0.2:7070"})
+    admin.zadd(ALIVE_KEY, {"died-long-ago": now_ms - 2 * 3_600_000, "died-recently": now_ms - 60_000})
+    procs = [start_dispatcher(redis_url, db_url, **FAST) for _ in range(2)]
+    wait_until(lambda: settled_view(procs[0].target, 2), timeout=30)
+    wait_until(lambda: admin.hget(MEMBERS_KEY, "died-long-ago") is None, timeout=10)
+    assert admin.zscore(ALIVE_KEY, "died-long-ago") is None
+    shown = {m.id: m.alive for m in _map(procs[0].target).members}
+    assert "died-long-ago" not in shown and shown["died-recently"] is False
+    leaving = next(m.id for m in _map(procs[0].target).members if m.address == procs[1].target)
+    procs[1].stop()
+    assert admin.hget(MEMBERS_KEY, leaving) is None
+    admin.close()
