@@ -1,6 +1,6 @@
 """The compressed-month soak: the mission's daily shape, compressed in time, on one machine.
 
-    python -m bench soak [--minutes 30] [--rate 116] [--burst-rate 10000] [--burst-seconds 40]
+    python -m bench soak [--minutes 30] [--rate 116] [--burst-rate 10000] [--burst-seconds 42]
                          [--burst-every 150] [--retention 2m] [--sample 10] [--out DIR]
 
 A private redis-server, a fresh PostgreSQL database, ``dispatcher run`` (2 processes) with

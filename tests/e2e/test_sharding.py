@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from shardmap import shard_for
-from tests.support.processes import read_ledger
+from tests.support.processes import events, read_ledger
 from tests.support.shard_map import settled_view
 from tests.support.wait import wait_until
 from worker_sdk import Client, ShardMap
@@ -427,3 +427,57 @@ def test_memberships_that_lapsed_an_hour_ago_are_forgotten(start_dispatcher, red
     procs[1].stop()
     assert admin.hget(MEMBERS_KEY, leaving) is None
     admin.close()
+
+
+@POSTGRES
+def test_a_worker_whose_other_dispatcher_left_the_map_for_a_while_still_gets_leases(
+    start_dispatcher, redis_url, db_url, start_worker, ledger
+):
+    """A worker splits its concurrency over its links, and a link's share grows while another
+    dispatcher is out of the map (its membership lapsed, say a process starved of CPU during a burst,
+    its shards still its own). The dispatcher holds a stream to the concurrency declared in its
+    hello, so credit granted past it was dropped there and counted as granted here: once the other
+    dispatcher was back and the share shrank again, the link's phantom credit stopped every further
+    grant, and the link's jobs waited with the worker idle (seen in the soak: 5 of 8 job types
+    stalled for good)."""
+    import redis as redis_sync
+
+    from dispatcher.queue.keys import ALIVE_KEY
+
+    procs = [start_dispatcher(redis_url, db_url, **FAST) for _ in range(2)]
+    wait_until(lambda: settled_view(procs[0].target, 2), timeout=30)
+    with Client(procs[0].target) as client:
+        client.rebalance()
+    wait_until(lambda: sorted(_owners(procs[0].target).values()) == [8, 8], timeout=20)
+    view = _map(procs[0].target)
+    address_of = {s.shard: s.address for s in view.shards}
+    lapsing = next(m.id for m in view.members if m.address == procs[1].target)
+    names = [f"noop{i}" for i in range(200)]
+    kept = next(t for t in names if address_of[shard_for(t, SHARDS)] == procs[0].target)
+    other = next(t for t in names if address_of[shard_for(t, SHARDS)] == procs[1].target)
+    start_worker(procs[0].target, types=f"{kept},{other}", concurrency=8)
+    with Client(procs[0].target) as client:
+        client.enqueue_many([{"type": t} for t in (kept, other) for _ in range(4)])
+    wait_until(lambda: len(list(events(ledger, "start"))) >= 8, timeout=30)
+
+    # The other process's membership looks lapsed for longer than the worker's map refresh (5 s),
+    # while it keeps renewing its shards: the map names no address for them, and the worker's one
+    # link left may use all 8 slots.
+    admin = redis_sync.Redis.from_url(redis_url)
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        admin.zadd(ALIVE_KEY, {lapsing: 1})
+        time.sleep(0.02)
+    admin.close()
+    wait_until(lambda: settled_view(procs[0].target, 2), timeout=30)
+    time.sleep(6)  # the worker sees both again: two links of 4 slots
+
+    with Client(procs[0].target) as client:
+        client.enqueue_many([{"type": kept} for _ in range(40)])
+    wait_until(
+        lambda: sum(1 for e in events(ledger, "start") if e["type"] == kept) >= 44,
+        timeout=30,
+        message=lambda: (
+            f"{sum(1 for e in events(ledger, 'start') if e['type'] == kept)} of 44 {kept} jobs ran"
+        ),
+    )
