@@ -185,6 +185,10 @@ def _soak_parser(commands: argparse._SubParsersAction) -> None:
     soak.add_argument("--dispatcher-processes", type=int, default=2)
     soak.add_argument("--tolerance", type=float, default=0.10, help="flatness: last third vs second (0.10)")
     soak.add_argument("--latency-tolerance", type=float, default=0.50, help="latency drift allowed (0.50)")
+    soak.add_argument(
+        "--shared-postgres", action="store_true",
+        help="use SHARDQ_TEST_PG_URL or the server at 127.0.0.1:5432 (default: a private throwaway cluster)",
+    )  # fmt: skip
     soak.add_argument("--out", type=Path, help="output folder (default bench/results/<date>/soak)")
 
 
@@ -218,6 +222,7 @@ def _soak(args: argparse.Namespace, command: str) -> None:
         out=args.out or RESULTS / datetime.now(UTC).date().isoformat() / "soak", workers=args.workers,
         dispatcher_processes=args.dispatcher_processes, tolerance=args.tolerance,
         latency_tolerance=args.latency_tolerance, command=command,
+        private_postgres=not args.shared_postgres,
     )  # fmt: skip
     configure_logs("warning", "console")
     print(

@@ -27,6 +27,11 @@ from .worker import CRON_TYPE
 
 TYPES = [f"soak.t{i}" for i in range(8)]
 #: every table and index of shardq's schema, partitions included
+#: dead tuples of the jobs table and its partitions, as autovacuum sees them
+DEAD_ROWS = (
+    "SELECT COALESCE(sum(n_dead_tup), 0) FROM pg_stat_user_tables "
+    "WHERE schemaname = current_schema() AND (relname = 'jobs' OR relname LIKE 'jobs\\_%')"
+)
 DB_BYTES = (
     "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
     "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'"
@@ -42,6 +47,7 @@ class SoakPlan:
     out: Path
     workers: int = 1
     dispatcher_processes: int = 2
+    private_postgres: bool = True
     tolerance: float = 0.10
     latency_tolerance: float = 0.50
     #: the most the run waits for the last delayed jobs to run once the producer stopped
@@ -110,7 +116,9 @@ def run(plan: SoakPlan, log=print) -> dict[str, Any]:  # noqa: ANN001
     plan.out.mkdir(parents=True, exist_ok=True)
     logs = plan.out / "logs"
     redis_server = PrivateRedis().start()
-    postgres = Postgres().start()
+    # A server of its own: on a shared one, autovacuum's few workers may spend the run on other
+    # databases' tables (seen: none reached the soak's in 10 minutes), and the table grows for that.
+    postgres = Postgres(private=plan.private_postgres).start()
     database = postgres.new_database()
     dispatcher = Dispatcher(
         redis_server.url, database.url, logs, plan.dispatcher_processes, **plan.settings()
@@ -186,6 +194,7 @@ def _sample_loop(plan, began, db_url, redis_server, dispatcher, workers, stats, 
             lines = stats.read()
             rows = int(conn.execute("SELECT count(*) FROM jobs").fetchone()[0])  # type: ignore[index]
             db_bytes = int(conn.execute(DB_BYTES).fetchone()[0])  # type: ignore[index]
+            dead_rows = int(conn.execute(DEAD_ROWS).fetchone()[0])  # type: ignore[index]
             # Every job created and no longer a row was deleted by retention (whether by a DELETE or
             # a dropped partition): the producer's and the schedule's jobs, less the rows left.
             sent = producer.sent
@@ -195,6 +204,7 @@ def _sample_loop(plan, began, db_url, redis_server, dispatcher, workers, stats, 
                 t=round(t, 1),
                 db_bytes=db_bytes,
                 rows=rows,
+                dead_rows=dead_rows,
                 redis_bytes=redis_server.used_memory(),
                 dispatcher_rss=dispatcher.rss_bytes(),
                 worker_rss=_rss([w.pid for w in workers]),

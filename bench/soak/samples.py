@@ -27,6 +27,7 @@ class Sample:
     t: float
     db_bytes: int
     rows: int
+    dead_rows: int  # dead tuples autovacuum has yet to clear (PostgreSQL's estimate)
     redis_bytes: int
     dispatcher_rss: int
     worker_rss: int
@@ -93,13 +94,14 @@ def _ms(value: float | None) -> str:
 
 def table(samples: list[Sample]) -> list[str]:
     lines = [
-        "| t (s) | DB MB | rows | Redis MB | dispatcher RSS MB | worker RSS MB | p50 ms | p99 ms "
-        "| ingest/s | drain/s | prune/s |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| t (s) | DB MB | rows | dead rows | Redis MB | dispatcher RSS MB | worker RSS MB | p50 ms "
+        "| p99 ms | ingest/s | drain/s | prune/s |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s in samples:
         lines.append(
-            f"| {s.t:.0f} | {_mb(s.db_bytes)} | {s.rows:,} | {_mb(s.redis_bytes)} | {_mb(s.dispatcher_rss)} "
+            f"| {s.t:.0f} | {_mb(s.db_bytes)} | {s.rows:,} | {s.dead_rows:,} | {_mb(s.redis_bytes)} "
+            f"| {_mb(s.dispatcher_rss)} "
             f"| {_mb(s.worker_rss)} | {_ms(s.p50_ms)} | {_ms(s.p99_ms)} | {s.ingest_per_s:,.0f} "
             f"| {s.drain_per_s:,.0f} | {s.prune_per_s:,.0f} |"
         )
@@ -135,7 +137,11 @@ def plot(path: Path, samples: list[Sample], title: str) -> str | None:
     fig, axes = plt.subplots(3, 2, figsize=(12, 10), sharex=True)
     panels: list[tuple[Any, list[tuple[str, str, float]], str]] = [
         (axes[0][0], [("db_bytes", "DB size", 1e6)], "MB"),
-        (axes[0][1], [("rows", "jobs rows", 1e3)], "thousand rows"),
+        (
+            axes[0][1],
+            [("rows", "jobs rows", 1e3), ("dead_rows", "dead rows (not yet vacuumed)", 1e3)],
+            "thousand",
+        ),
         (axes[1][0], [("redis_bytes", "Redis used_memory", 1e6)], "MB"),
         (axes[1][1], [("dispatcher_rss", "dispatcher RSS", 1e6), ("worker_rss", "worker RSS", 1e6)], "MB"),
         (axes[2][0], [("p50_ms", "enqueue-to-start p50", 1), ("p99_ms", "p99", 1)], "ms"),
