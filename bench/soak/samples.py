@@ -162,6 +162,7 @@ def plot(path: Path, samples: list[Sample], title: str) -> str | None:
         for edge in (end / 3, 2 * end / 3):
             ax.axvline(edge, color="grey", linestyle=":", linewidth=0.8)
     axes[2][1].set_yscale("symlog", linthresh=100)
+    axes[2][1].set_ylim(bottom=0)
     for ax in axes[2]:
         ax.set_xlabel("minutes")
     fig.suptitle(title)
