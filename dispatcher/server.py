@@ -225,6 +225,11 @@ async def _health_loop(app: Dispatcher, servicer: health.aio.HealthServicer, eve
                 metrics.set_dead_depth(await app.store.dead_counts())
             except Exception as exc:
                 log.debug("dead-letter depth not read", error=str(exc))
+        if ok and rounds % 15 == 0:  # the jobs table's size, every ~30 s
+            try:
+                metrics.JOBS_TABLE_BYTES.set(await app.store.jobs_table_bytes())
+            except Exception as exc:
+                log.debug("jobs table size not read", error=str(exc))
         rounds += 1
         sessions = app.sessions.all()
         metrics.WORKERS.set(len(sessions))

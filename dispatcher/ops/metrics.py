@@ -116,6 +116,14 @@ DEAD_DEPTH = Gauge(
     **({"multiprocess_mode": "max"} if _MULTIPROCESS else {}),
 )
 
+# Every process reads the same number from the DB: under a supervisor the largest is the answer.
+JOBS_TABLE_BYTES = Gauge(
+    "shardq_jobs_table_bytes",
+    "Bytes the jobs table takes on disk: on PostgreSQL with its indexes and TOAST, partitions "
+    "included; on SQLite the database file's pages in use. Flat once retention is in steady state.",
+    **({"multiprocess_mode": "max"} if _MULTIPROCESS else {}),
+)
+
 PRUNED = Counter(
     "shardq_jobs_pruned_total",
     "Finished jobs' rows deleted by retention or by `dispatcherctl jobs prune`, by type and status "

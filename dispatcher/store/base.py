@@ -376,6 +376,10 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, abc.ABC):
             rows = await tx.execute("SELECT type, priority, n FROM dead_counts WHERE n > 0")
         return {(r[0], int(r[1])): int(r[2]) for r in rows}
 
+    @abc.abstractmethod
+    async def jobs_table_bytes(self) -> int:
+        """What the jobs table takes on disk, for the metric that shows retention holding it."""
+
     async def requeue_dead(self, ids: Sequence[str], run_at: int) -> set[str]:
         """Dead jobs back to delayed, with a fresh attempt budget. Returns the ids requeued: a job
         no longer dead, or deleted by retention since it was read, is not."""

@@ -216,6 +216,16 @@ class PostgresStore(Store):
             rows = await tx.execute("SELECT id FROM jobs_to_push WHERE id = ANY(?)", (list(ids),))
         return {r[0] for r in rows}
 
+    async def jobs_table_bytes(self) -> int:
+        # Table, TOAST and indexes: every partition's when the table is partitioned (a plain table
+        # has no partition tree).
+        async with self.transaction() as tx:
+            rows = await tx.execute(
+                "SELECT COALESCE((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('jobs') "
+                "WHERE isleaf), pg_total_relation_size('jobs'))"
+            )
+        return int(rows[0][0])
+
     async def write_position(self) -> int:
         return await self._lsn("pg_current_wal_insert_lsn()")
 

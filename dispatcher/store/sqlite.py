@@ -121,6 +121,15 @@ class SqliteStore(Store):
                     continue
                 raise StoreUnavailable(f"database unavailable: {exc}") from exc
 
+    async def jobs_table_bytes(self) -> int:
+        # The pages in use of the whole file (the dbstat table that would give the jobs table's own
+        # is not in every build): the jobs table and its indexes are nearly all of it.
+        async with self.transaction() as tx:
+            pages = await tx.execute("PRAGMA page_count")
+            free = await tx.execute("PRAGMA freelist_count")
+            size = await tx.execute("PRAGMA page_size")
+        return (int(pages[0][0]) - int(free[0][0])) * int(size[0][0])
+
     async def close(self) -> None:
         if self._conn is not None:
             await self._conn.close()

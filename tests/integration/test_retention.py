@@ -209,3 +209,16 @@ async def test_a_requeue_reports_only_the_dead_rows_it_requeued(store: Store) ->
     await _insert(store, [kept, pruned])
     assert await store.delete_finished([pruned.id], "dead", wall_ms()) == 1
     assert await store.requeue_dead([kept.id, pruned.id], wall_ms()) == {kept.id}
+
+
+async def test_the_jobs_table_size_follows_its_rows(store: Store) -> None:
+    """``shardq_jobs_table_bytes`` reads ``jobs_table_bytes``: it grows by at least the payloads of
+    the rows inserted (PostgreSQL: table, TOAST and indexes, partitions included; SQLite: the
+    file's pages in use)."""
+    from dataclasses import replace
+
+    before = await store.jobs_table_bytes()
+    assert before > 0
+    payload = bytes(range(256)) * 4  # 1 KiB that compresses poorly
+    await store.insert_jobs([replace(_row("size.t", "succeeded", 1), payload=payload) for _ in range(2000)])
+    assert await store.jobs_table_bytes() >= before + 2000 * len(payload)
