@@ -5,6 +5,7 @@
     python -m bench sweep --system NAME [--scenario drain|instant] [--work noop|redis|io1ms|cpu100us]
                           --concurrency 10,50,200 [--repeat N] [--quick]
     python -m bench report DIR [--merge OTHER_DIR]
+    python -m bench soak [--minutes 30] [--rate 116] [--burst-rate 10000] [--burst-every 150] ...
 
 Sets up everything itself (private redis-servers, PostgreSQL, dispatchers, each peer's venv or npm
 folder under .bench-cache/) and writes results.json, results.md and PNG plots to
@@ -21,6 +22,7 @@ for that work. ``sweep`` measures one system at several concurrencies, to find t
 from __future__ import annotations
 
 import argparse
+import functools
 import shlex
 import sys
 import tempfile
@@ -104,7 +106,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     report.add_argument("out", type=Path, help="the run's folder (with results.json)")
     report.add_argument("--merge", type=Path, help="another run's folder whose figures replace the same ones")
+    _soak_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "soak":
+        _soak(args, _command(argv if argv is not None else sys.argv[1:]))
+        return
     if args.command == "report":
         _report(args.out, args.merge)
         return
@@ -152,3 +158,78 @@ def _report(out: Path, other: Path | None) -> None:
     else:
         rewrite(out)
     print(f"rewrote {out / 'results.md'}")
+
+
+def _soak_parser(commands: argparse._SubParsersAction) -> None:
+    from .soak import __doc__ as soak_doc
+
+    soak = commands.add_parser(
+        "soak", help="the compressed-month soak: every resource flat under the mission's daily shape",
+        description=soak_doc, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    soak.add_argument("--minutes", type=float, default=30.0, help="how long the load runs (default 30)")
+    soak.add_argument("--rate", type=float, default=116.0, help="steady jobs/s (default 116: 10M a day)")
+    soak.add_argument("--burst-rate", type=float, default=10_000.0, help="jobs/s during a burst (10,000)")
+    soak.add_argument(
+        "--burst-seconds", type=float, default=42.0,
+        help="a burst's length (default 42 s: 30 minutes offer 5.2M jobs)",
+    )  # fmt: skip
+    soak.add_argument(
+        "--burst-every", type=float, default=150.0,
+        help="seconds from one burst to the next, a compressed hour (default 150: 4 per third of 30 minutes)",
+    )  # fmt: skip
+    soak.add_argument("--max-delay", type=float, default=30.0, help="delayed jobs wait up to this (30 s)")
+    soak.add_argument("--retention", default="2m", help="retention of finished jobs (a duration, or off)")
+    soak.add_argument("--sample", type=float, default=10.0, help="seconds between samples (default 10)")
+    soak.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    soak.add_argument("--dispatcher-processes", type=int, default=2)
+    soak.add_argument("--tolerance", type=float, default=0.10, help="flatness: last third vs second (0.10)")
+    soak.add_argument("--latency-tolerance", type=float, default=0.50, help="latency drift allowed (0.50)")
+    soak.add_argument(
+        "--shared-postgres", action="store_true",
+        help="use SHARDQ_TEST_PG_URL or the server at 127.0.0.1:5432 (default: a private throwaway cluster)",
+    )  # fmt: skip
+    soak.add_argument("--out", type=Path, help="output folder (default bench/results/<date>/soak)")
+
+
+def _soak(args: argparse.Namespace, command: str) -> None:
+    from shardq_common.durations import parse_duration_ms
+
+    from .soak.load import LoadShape
+    from .soak.run import SoakPlan
+    from .soak.run import run as run_soak
+
+    if args.retention != "off":
+        try:
+            parse_duration_ms(args.retention)
+        except ValueError as exc:
+            raise SystemExit(f"--retention {args.retention!r}: {exc}") from None
+    if args.minutes <= 0 or args.sample <= 0 or args.minutes * 60 < 6 * args.sample:
+        raise SystemExit("--minutes must leave room for at least 6 samples of --sample seconds")
+    if args.rate <= 0 or args.burst_rate < 0 or args.burst_seconds < 0 or args.burst_every < 0:
+        raise SystemExit("--rate must be positive; --burst-rate, --burst-seconds, --burst-every 0 or more")
+    if args.burst_every and args.burst_seconds >= args.burst_every:
+        raise SystemExit("--burst-seconds must be shorter than --burst-every")
+    if args.workers < 1 or args.dispatcher_processes < 1:
+        raise SystemExit("--workers and --dispatcher-processes: 1 or more")
+    if args.max_delay < 1:
+        raise SystemExit("--max-delay: 1 s or more")
+    shape = LoadShape(
+        args.rate, args.burst_rate, args.burst_seconds, args.burst_every, max_delay=args.max_delay
+    )
+    plan = SoakPlan(
+        minutes=args.minutes, shape=shape, retention=args.retention, sample_s=args.sample,
+        out=args.out or RESULTS / datetime.now(UTC).date().isoformat() / "soak", workers=args.workers,
+        dispatcher_processes=args.dispatcher_processes, tolerance=args.tolerance,
+        latency_tolerance=args.latency_tolerance, command=command,
+        private_postgres=not args.shared_postgres,
+    )  # fmt: skip
+    configure_logs("warning", "console")
+    print(
+        f"soak: {args.minutes:g} min, offered {shape.jobs_until(args.minutes * 60):,} jobs "
+        f"({args.rate:g}/s, bursts of {args.burst_rate:g}/s for {args.burst_seconds:g} s every "
+        f"{args.burst_every:g} s), retention {args.retention}; writing {plan.out}"
+    )
+    results = run_soak(plan, log=functools.partial(print, flush=True))
+    if not results["ok"]:
+        raise SystemExit(1)

@@ -30,6 +30,9 @@ from ._schedules import Schedule, ScheduleInfo
 from ._search import BulkResult, JobFilter, JobPage
 
 T = TypeVar("T")
+# A channel to an owner the shard map no longer names is closed once every call sent there has met
+# its deadline: the client's timeout after the first map without it, and this much more.
+RETIRE_SLACK_S = 1.0
 
 DEFAULT_TARGET = "127.0.0.1:7070"
 CHANNEL_OPTIONS = [
@@ -127,6 +130,7 @@ class Client(_ClientOptions):
         self._owner_lock = threading.Lock()
         self._owner_stubs: dict[str, dict[str, Any]] = {}
         self._owner_channels: list[grpc.Channel] = []
+        self._owner_channel_of: dict[str, grpc.Channel] = {}
 
     # -- sending a call ------------------------------------------------------------------
 
@@ -159,8 +163,16 @@ class Client(_ClientOptions):
             if stubs is None:
                 channel = self.security.channel(address, options=CHANNEL_OPTIONS)
                 self._owner_channels.append(channel)
+                self._owner_channel_of[address] = channel
                 stubs = self._owner_stubs[address] = _stubs(channel)
             return stubs
+
+    def _retire_owners(self, routes: OwnerRoutes) -> None:
+        with self._owner_lock:
+            for address in routes.retired(list(self._owner_stubs), self.timeout + RETIRE_SLACK_S):
+                del self._owner_stubs[address]
+                self._owner_channels.remove(channel := self._owner_channel_of.pop(address))
+                channel.close()
 
     def _address_of(self, job_types: Iterable[str]) -> str:
         """Where jobs of these types go together. One thread re-reads a stale shard map while the
@@ -171,7 +183,10 @@ class Client(_ClientOptions):
         if routes.stale() and self._map_lock.acquire(blocking=not routes.known):
             try:
                 if routes.stale():
-                    routes.update(self._read_map())
+                    view = self._read_map()
+                    routes.update(view)
+                    if view is not None:
+                        self._retire_owners(routes)
             finally:
                 self._map_lock.release()
         return routes.address_for(job_types)
@@ -465,6 +480,7 @@ class AsyncClient(_ClientOptions):
         self._map_read: asyncio.Future[None] | None = None
         self._owner_stubs: dict[str, dict[str, Any]] = {}
         self._owner_channels: list[grpc.aio.Channel] = []
+        self._owner_channel_of: dict[str, grpc.aio.Channel] = {}
 
     # -- sending a call ------------------------------------------------------------------
 
@@ -491,6 +507,7 @@ class AsyncClient(_ClientOptions):
         if stubs is None:
             channel = self.security.aio_channel(address, options=CHANNEL_OPTIONS)
             self._owner_channels.append(channel)
+            self._owner_channel_of[address] = channel
             stubs = self._owner_stubs[address] = _stubs(channel)
         try:
             return await self._rpc(stubs, call)
@@ -520,6 +537,11 @@ class AsyncClient(_ClientOptions):
         except grpc.RpcError:
             view = None  # the target takes every job until the next try
         self._routes.update(view)
+        if view is not None:
+            for address in self._routes.retired(list(self._owner_stubs), self.timeout + RETIRE_SLACK_S):
+                del self._owner_stubs[address]
+                self._owner_channels.remove(channel := self._owner_channel_of.pop(address))
+                await channel.close()
 
     # What the pipeline sends: one job, or a batch, to one dispatcher.
     async def _enqueue_one(self, spec: pb.JobSpec, address: str) -> str:

@@ -42,6 +42,7 @@ class OwnerRoutes:
         self._shard_count = 0
         self._read_at = -float("inf")
         self._avoid_until: dict[str, float] = {}
+        self._gone_since: dict[str, float] = {}  # owner address -> when a map first lacked it
 
     @property
     def known(self) -> bool:
@@ -56,6 +57,24 @@ class OwnerRoutes:
         if view is not None:
             self._shard_count = view.shard_count
             self._owner_of = {s.shard: s.address for s in view.shards if s.address}
+
+    def retired(self, held: Iterable[str], grace_s: float) -> list[str]:
+        """Of the owner addresses the client holds channels to, those no map has named for
+        ``grace_s`` (calls still in flight there have met their deadline by then): the client closes
+        their channels. Dispatchers come back at new addresses (a pod's IP changes with every restart),
+        so a long-lived client kept a channel per address it ever used."""
+        now = time.monotonic()
+        present = set(self._owner_of.values())
+        gone = []
+        for address in held:
+            if address in present:
+                self._gone_since.pop(address, None)
+            elif now - self._gone_since.setdefault(address, now) >= grace_s:
+                gone.append(address)
+        for address in gone:
+            del self._gone_since[address]
+        self._avoid_until = {a: until for a, until in self._avoid_until.items() if until > now}
+        return gone
 
     def address(self, job_type: str) -> str:
         if not self._shard_count:

@@ -85,6 +85,9 @@ class _Link:
     address: str
     share: int
     granted: int = 0  # credit granted on the current stream, not yet used by leases
+    # The concurrency its hello declared on the current stream: the dispatcher holds the stream to
+    # it (credit past it is dropped there), so credit is granted up to it even when the share grows.
+    declared: int = 0
     protocol: int = 1  # the worker protocol of the dispatcher on the current stream (its Welcome)
     acks: list[pb.Ack] = field(default_factory=list)  # results to write on this link
     nacks: list[pb.Nack] = field(default_factory=list)
@@ -485,17 +488,18 @@ class Worker:
         the dispatcher reads up to it, so the results written before it are never lost in flight."""
         call = stub.Connect(metadata=self._metadata)
         held = self._held_by(link)
+        declared = link.share
         await call.write(
             pb.WorkerMessage(
                 hello=pb.Hello(
                     worker_id=self.worker_id,
                     job_types=sorted(self.handlers),
-                    concurrency=link.share,
+                    concurrency=declared,
                     held=held,
                 )
             )
         )
-        link.granted, link.protocol = 0, 1
+        link.granted, link.protocol, link.declared = 0, 1, declared
         link.finish = finish = asyncio.Event()
         writers = [
             asyncio.create_task(self._sender(link, call, finish), name="shardq-sender"),
@@ -608,7 +612,11 @@ class Worker:
         # Results not yet written still hold their slot at the dispatcher (those being written now
         # free theirs before the credit that follows them is applied).
         running = self._running_on[link.address]
-        deficit = link.share - running - link.unsent - link.granted
+        # A share that grew since the hello (another dispatcher left the map) is not this stream's:
+        # credit past the declared concurrency was counted as granted here and dropped there, and
+        # once the share shrank back the phantom stopped every grant (the link starved).
+        share = min(link.share, link.declared) if link.declared else link.share
+        deficit = share - running - link.unsent - link.granted
         # While handlers are stuck past their timeout, a lease is taken only for a free
         # thread: a job leased and then left queued behind them would wait unrun. Without
         # stuck handlers the shares bound the credit; a share that just shrank (a new
@@ -625,7 +633,7 @@ class Worker:
         # when nothing is left to run, so the link never idles waiting for a refill, and
         # when every free thread is asked for, as no bigger batch can come.
         idle = running == 0 and link.granted == 0
-        if deficit > 0 and (idle or capped or deficit >= max(1, link.share // 4)):
+        if deficit > 0 and (idle or capped or deficit >= max(1, share // 4)):
             return deficit
         return 0
 

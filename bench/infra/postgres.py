@@ -12,13 +12,15 @@ from tests.support.postgres import TempDatabase, admin_url
 
 
 class Postgres:
-    def __init__(self) -> None:
+    def __init__(self, private: bool = False) -> None:
+        """``private``: always a throwaway cluster, for figures of the whole server (its WAL)."""
+        self.private = private
         self.admin: str | None = None
         self.source = ""
         self.cluster: PgCluster | None = None
 
     def start(self) -> Postgres:
-        self.admin, self.source = admin_url()
+        self.admin, self.source = (None, "") if self.private else admin_url()
         if self.admin is None:
             # The throwaway cluster runs with fsync=off: its commits are not durable, which the
             # results say (settings below).

@@ -40,6 +40,10 @@ from .failover import MasterWatch
 log = structlog.get_logger("shardq.coordinator")
 
 
+# A membership lapsed this long ago is forgotten (its id and address), whoever notices first.
+FORGET_MEMBER_MS = 3_600_000
+
+
 @dataclass
 class ClusterView:
     """The last map this process read: who is alive and who owns what."""
@@ -103,8 +107,11 @@ class Coordinator:
         for shard in sorted(self.ownership.epochs):
             await self.ownership.release(shard)
         try:
-            await self.redis.zrem(ALIVE_KEY, self.me)
-        except REDIS_ERRORS as exc:  # the membership lapses by itself
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zrem(ALIVE_KEY, self.me)
+                pipe.hdel(MEMBERS_KEY, self.me)
+                await pipe.execute()
+        except REDIS_ERRORS as exc:  # the membership lapses by itself (and is forgotten later)
             note_redis_error("coordinator", exc)
 
     async def run(self) -> None:
@@ -135,11 +142,23 @@ class Coordinator:
 
     async def refresh(self) -> ClusterView:
         shard_count = self.shard_count
+        now = steady_ms()
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zrangebyscore(ALIVE_KEY, steady_ms(), "+inf")
+            pipe.zrangebyscore(ALIVE_KEY, now, "+inf")
+            pipe.zrangebyscore(ALIVE_KEY, "-inf", now - FORGET_MEMBER_MS)
             pipe.hgetall(MEMBERS_KEY)
             pipe.hgetall(ASSIGNMENT_KEY)
-            alive, known, assignment = await pipe.execute()
+            alive, lapsed_long_ago, known, assignment = await pipe.execute()
+        if lapsed_long_ago:
+            # Member ids are per process (host and port: a new pod, a new id), so the ids of processes
+            # that died accumulated for the life of the cluster, and every shard map carried them all.
+            # One that was only frozen registers again at its next heartbeat.
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zrem(ALIVE_KEY, *lapsed_long_ago)
+                pipe.hdel(MEMBERS_KEY, *lapsed_long_ago)
+                await pipe.execute()
+            for member in lapsed_long_ago:
+                known.pop(member, None)
         known_map = {_s(k): _s(v) for k, v in known.items()}
         self.view = ClusterView(
             members={_s(m): known_map.get(_s(m), "") for m in alive},

@@ -63,11 +63,6 @@ class ShardKeys:
         return f"{self.tag}:seq"
 
     @property
-    def types(self) -> str:
-        """Set: job types seen in this shard."""
-        return f"{self.tag}:types"
-
-    @property
     def cancelled_unqueued(self) -> str:
         """Sorted set: ids of jobs cancelled before their enqueue reached Redis, scored by when
         (ms). Their push skips them; entries older than an hour are dropped."""

@@ -215,7 +215,7 @@ class WorkingSet:
             group = groups.setdefault((rec.type, int(rec.priority), rec.concurrency_key), len(groups) + 1)
             state = JobState.READY if rec.run_at_ms <= now else JobState.DELAYED
             job_args += [job.id, rec.pack(state), job.payload, group, rec.run_at_ms]
-        keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.seq, k.types, k.cancelled_unqueued]
+        keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.seq, k.cancelled_unqueued]
         keys += [
             k.key_ready(job_type, cls, key) if key else k.ready(job_type, cls)
             for job_type, cls, key in groups
@@ -554,7 +554,7 @@ class WorkingSet:
         args: list[Any] = [epoch, mode, steady_ms() if now is None else now, secrets.token_hex(8)]
         for job in jobs:
             args += [job.id, job.record.pack(), job.payload, deadlines.get(job.id, "")]
-        keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.types, k.cancelled_unqueued, k.unpushed]
+        keys = [k.meta, k.jobs, k.payloads, k.delayed, k.counts, k.cancelled_unqueued, k.unpushed]
         keys.append(k.leased)
         r = await self.scripts.restore_jobs(keys=keys, args=args)
         _check_owner(r, shard)

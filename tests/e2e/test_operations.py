@@ -49,6 +49,8 @@ def test_metrics_move_as_jobs_flow(processes, start_dispatcher, redis_url, db_ur
         assert before["shardq_oldest_ready_age_seconds"] >= 0
         assert before.get("shardq_dispatchers_alive") == processes
         assert before.get("shardq_shard_epoch", 0) > 0
+        # read from the DB at the table keeper's first pass, before the process serves
+        assert before.get("shardq_db_table_bytes", 0) > 0
         wait_until(lambda: _ownership(port) == (0, processes), timeout=10)
         wait_until(lambda: dependencies_up(port) == {"redis": 1, "database": 1}, timeout=10)
         start_worker(proc.target, types="noop0,noop1,noop2,final0", concurrency=8)

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from shardmap import shard_for
-from tests.support.processes import read_ledger
+from tests.support.processes import events, read_ledger
 from tests.support.shard_map import settled_view
 from tests.support.wait import wait_until
 from worker_sdk import Client, ShardMap
@@ -353,3 +353,131 @@ def test_a_worker_whose_only_address_stops_finds_the_other_dispatchers(
             message=lambda: f"{len(set(ids) - {e['job'] for e in read_ledger(ledger)})} jobs never ran",
         )
     assert time.monotonic() - stopped < 30, "the jobs waited for their leases to lapse"
+
+
+@POSTGRES
+def test_routing_clients_close_channels_to_owners_gone_from_the_map(start_dispatcher, redis_url, db_url):
+    """A routing client keeps a channel per owner address it sent jobs to. Dispatchers come back at
+    new addresses (a pod's IP changes with each restart), so an address the shard map no longer names
+    is closed once calls sent there are past their deadline: a long-lived producer held one channel
+    per dispatcher address it ever used, the whole life of the process."""
+    import asyncio
+
+    from worker_sdk import AsyncClient
+
+    procs = [start_dispatcher(redis_url, db_url, **FAST) for _ in range(2)]
+    wait_until(lambda: settled_view(procs[0].target, 2), timeout=30)
+    with Client(procs[0].target) as client:
+        client.rebalance()
+    wait_until(lambda: sorted(_owners(procs[0].target).values()) == [8, 8], timeout=20)
+    address_of = {s.shard: s.address for s in _map(procs[0].target).shards}
+    theirs = [t for t in (f"t{i}" for i in range(200)) if address_of[shard_for(t, SHARDS)] == procs[1].target]
+    gone = procs[1].target
+
+    def reread_and_enqueue(client: Client) -> bool:
+        client._routes._read_at = -float("inf")  # type: ignore[union-attr]  # the map's 10 s refresh, now
+        client.enqueue(theirs[0])
+        return gone not in client._owner_stubs
+
+    async def routed_async() -> bool:
+        async with AsyncClient(procs[0].target, timeout=2, route=True) as client:
+            await client.enqueue(theirs[0])
+            assert gone in client._owner_stubs
+            procs[1].kill()
+            wait_until(lambda: settled_view(procs[0].target, 1), timeout=30)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                client._routes._read_at = -float("inf")  # type: ignore[union-attr]
+                await client.enqueue(theirs[0])
+                await asyncio.sleep(0.3)
+                if gone not in client._owner_stubs:
+                    return True
+            return False
+
+    with Client(procs[0].target, timeout=2, route=True) as client:
+        client.enqueue(theirs[0])
+        assert gone in client._owner_stubs
+        assert asyncio.run(routed_async()), "AsyncClient kept its channel to the dead owner"
+        wait_until(lambda: reread_and_enqueue(client), timeout=15, interval=0.3)
+        assert client._owner_channel_of.keys() == client._owner_stubs.keys()
+        assert client.get_job(client.enqueue(theirs[1])).type == theirs[1]
+
+
+def test_memberships_that_lapsed_an_hour_ago_are_forgotten(start_dispatcher, redis_url, db_url):
+    """A member id is per process (host and port), so every dispatcher that ever died left its id and
+    address in Redis, and every shard map (to every worker and client, at each refresh) listed them
+    all. One lapsed over an hour ago is forgotten; one lapsed a minute ago is still shown, as dead;
+    one that stops cleanly takes its id with it."""
+    import redis as redis_sync
+
+    from dispatcher.queue.keys import ALIVE_KEY, MEMBERS_KEY
+
+    admin = redis_sync.Redis.from_url(redis_url, decode_responses=True)
+    seconds, micros = admin.time()
+    now_ms = seconds * 1000 + micros // 1000
+    admin.hset(MEMBERS_KEY, mapping={"died-long-ago": "10.0.0.1:7070", "died-recently": "10.0.0.2:7070"})
+    admin.zadd(ALIVE_KEY, {"died-long-ago": now_ms - 2 * 3_600_000, "died-recently": now_ms - 60_000})
+    procs = [start_dispatcher(redis_url, db_url, **FAST) for _ in range(2)]
+    wait_until(lambda: settled_view(procs[0].target, 2), timeout=30)
+    wait_until(lambda: admin.hget(MEMBERS_KEY, "died-long-ago") is None, timeout=10)
+    assert admin.zscore(ALIVE_KEY, "died-long-ago") is None
+    shown = {m.id: m.alive for m in _map(procs[0].target).members}
+    assert "died-long-ago" not in shown and shown["died-recently"] is False
+    leaving = next(m.id for m in _map(procs[0].target).members if m.address == procs[1].target)
+    procs[1].stop()
+    assert admin.hget(MEMBERS_KEY, leaving) is None
+    admin.close()
+
+
+@POSTGRES
+def test_a_worker_whose_other_dispatcher_left_the_map_for_a_while_still_gets_leases(
+    start_dispatcher, redis_url, db_url, start_worker, ledger
+):
+    """A worker splits its concurrency over its links, and a link's share grows while another
+    dispatcher is out of the map (its membership lapsed, say a process starved of CPU during a burst,
+    its shards still its own). The dispatcher holds a stream to the concurrency declared in its
+    hello, so credit granted past it was dropped there and counted as granted here: once the other
+    dispatcher was back and the share shrank again, the link's phantom credit stopped every further
+    grant, and the link's jobs waited with the worker idle (seen in the soak: 5 of 8 job types
+    stalled for good)."""
+    import redis as redis_sync
+
+    from dispatcher.queue.keys import ALIVE_KEY
+
+    procs = [start_dispatcher(redis_url, db_url, **FAST) for _ in range(2)]
+    wait_until(lambda: settled_view(procs[0].target, 2), timeout=30)
+    with Client(procs[0].target) as client:
+        client.rebalance()
+    wait_until(lambda: sorted(_owners(procs[0].target).values()) == [8, 8], timeout=20)
+    view = _map(procs[0].target)
+    address_of = {s.shard: s.address for s in view.shards}
+    lapsing = next(m.id for m in view.members if m.address == procs[1].target)
+    names = [f"noop{i}" for i in range(200)]
+    kept = next(t for t in names if address_of[shard_for(t, SHARDS)] == procs[0].target)
+    other = next(t for t in names if address_of[shard_for(t, SHARDS)] == procs[1].target)
+    start_worker(procs[0].target, types=f"{kept},{other}", concurrency=8)
+    with Client(procs[0].target) as client:
+        client.enqueue_many([{"type": t} for t in (kept, other) for _ in range(4)])
+    wait_until(lambda: len(list(events(ledger, "start"))) >= 8, timeout=30)
+
+    # The other process's membership looks lapsed for longer than the worker's map refresh (5 s),
+    # while it keeps renewing its shards: the map names no address for them, and the worker's one
+    # link left may use all 8 slots.
+    admin = redis_sync.Redis.from_url(redis_url)
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        admin.zadd(ALIVE_KEY, {lapsing: 1})
+        time.sleep(0.02)
+    admin.close()
+    wait_until(lambda: settled_view(procs[0].target, 2), timeout=30)
+    time.sleep(6)  # the worker sees both again: two links of 4 slots
+
+    with Client(procs[0].target) as client:
+        client.enqueue_many([{"type": kept} for _ in range(40)])
+    wait_until(
+        lambda: sum(1 for e in events(ledger, "start") if e["type"] == kept) >= 44,
+        timeout=30,
+        message=lambda: (
+            f"{sum(1 for e in events(ledger, 'start') if e['type'] == kept)} of 44 {kept} jobs ran"
+        ),
+    )

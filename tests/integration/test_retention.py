@@ -209,3 +209,17 @@ async def test_a_requeue_reports_only_the_dead_rows_it_requeued(store: Store) ->
     await _insert(store, [kept, pruned])
     assert await store.delete_finished([pruned.id], "dead", wall_ms()) == 1
     assert await store.requeue_dead([kept.id, pruned.id], wall_ms()) == {kept.id}
+
+
+async def test_the_jobs_table_size_follows_its_rows(store: Store) -> None:
+    """``shardq_db_table_bytes`` reads ``table_bytes``: the jobs table grows by at least the payloads
+    of the rows inserted (PostgreSQL: table, TOAST and indexes, partitions included; SQLite: the
+    database file)."""
+    from dataclasses import replace
+
+    table = "jobs" if store.backend == "postgres" else "file"
+    before = (await store.table_bytes())[table]
+    assert before > 0
+    payload = bytes(range(256)) * 4  # 1 KiB that compresses poorly
+    await store.insert_jobs([replace(_row("size.t", "succeeded", 1), payload=payload) for _ in range(2000)])
+    assert (await store.table_bytes())[table] >= before + 2000 * len(payload)

@@ -1,6 +1,7 @@
-"""A real 3-master Redis Cluster on loopback, for tests (no replicas, no persistence).
+"""A real 3-master (or N-master) Redis Cluster on loopback, for tests and benchmarks (no replicas, no
+persistence).
 
-Three ``redis-server --cluster-enabled yes`` processes on free ports P <= 55535 whose cluster
+Three (``masters``) ``redis-server --cluster-enabled yes`` processes on free ports P <= 55535 whose cluster
 bus ports P + 10000 are free too (the binary is found as in redis_server.py), joined with
 ``redis-cli --cluster create ... --cluster-replicas 0``. ``start()`` returns once ``CLUSTER INFO``
 says ``cluster_state:ok`` on every node, with all 16384 slots assigned and all three nodes known.
@@ -99,7 +100,8 @@ class ClusterNodeServer(RedisServer):
 
 
 class RedisCluster3:
-    """Three masters sharing the 16384 slots; ``url`` is ``redis+cluster://`` with all three."""
+    """Three masters (or ``masters``) sharing the 16384 slots; ``url`` is ``redis+cluster://`` with
+    all of them."""
 
     def __init__(
         self,
@@ -107,7 +109,9 @@ class RedisCluster3:
         binary: str | None = None,
         cli: str | None = None,
         start_timeout: float = 20.0,
+        masters: int = 3,
     ) -> None:
+        self.masters = masters
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.binary = binary or find_redis_server()
@@ -154,7 +158,7 @@ class RedisCluster3:
         if self.nodes:
             raise RuntimeError("the cluster was already started")
         try:
-            for _ in range(3):
+            for _ in range(self.masters):
                 # One at a time: a started node holds its ports, so the next free pair differs.
                 self.nodes.append(self._start_node())
             self._create()

@@ -1,8 +1,8 @@
 --[[ Add new jobs to a shard.
 Input:
   KEYS[1] meta, KEYS[2] jobs, KEYS[3] payloads, KEYS[4] delayed, KEYS[5] counts, KEYS[6] seq,
-  KEYS[7] types, KEYS[8] cancelled-unqueued, KEYS[8 + g] the ready set of group g (its key's, for a
-  group with a concurrency key)
+  KEYS[7] cancelled-unqueued, KEYS[7 + g] the ready set of group g (its key's, for a group with a
+  concurrency key)
   ARGV[1] epoch, ARGV[2] now (ms), ARGV[3] number of groups G, then per group: type, class,
   concurrency key ('' for none);
   then per job: id, packed record (its state already 'ready' when run_at <= now, else 'delayed'),
@@ -28,10 +28,10 @@ local added = {}  -- group -> {ready = n, delayed = n}
 local ids = {}
 for i = first, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
 local present = read_many(KEYS[2], ids)
-if redis.call('EXISTS', KEYS[8]) == 1 then
+if redis.call('EXISTS', KEYS[7]) == 1 then
   -- A note stays until it ages out (cancel.lua): a reconcile may read the job's row before the cancel
   -- marks it and restore it after this push, and must find the note too.
-  local cancelled = read_many(KEYS[8], ids, 'ZMSCORE')
+  local cancelled = read_many(KEYS[7], ids, 'ZMSCORE')
   for n in ipairs(ids) do
     if cancelled[n] then present[n] = true end
   end
@@ -76,14 +76,13 @@ end
 for g, args in pairs(scored) do
   local key = ARGV[3 + 3 * g]
   if key == '' then
-    batched('ZADD', KEYS[8 + g], args)
+    batched('ZADD', KEYS[7 + g], args)
   else
     flow_add_ready(flow_tag(KEYS[1], ':meta'), ARGV[1 + 3 * g], ARGV[2 + 3 * g], key, args)
   end
 end
 for g, n in pairs(added) do
   local job_type, class = ARGV[1 + 3 * g], ARGV[2 + 3 * g]
-  redis.call('SADD', KEYS[7], job_type)
   add_counts(KEYS[5], job_type, class, STATE.READY, n.ready)
   add_counts(KEYS[5], job_type, class, STATE.DELAYED, n.delayed)
 end

@@ -1,7 +1,7 @@
 --[[ Put jobs back into the working set from the DB: reconciliation after data loss, and dead-letter requeue.
 Input:
-  KEYS[1] meta, KEYS[2] jobs, KEYS[3] payloads, KEYS[4] delayed, KEYS[5] counts, KEYS[6] types,
-  KEYS[7] cancelled-unqueued, KEYS[8] unpushed, KEYS[9] leased
+  KEYS[1] meta, KEYS[2] jobs, KEYS[3] payloads, KEYS[4] delayed, KEYS[5] counts,
+  KEYS[6] cancelled-unqueued, KEYS[7] unpushed, KEYS[8] leased
   ARGV[1] epoch, ARGV[2] mode: 'restore' (only jobs Redis does not know and no cancel noted while it
           did not know them) or 'requeue' (also replaces a dead record), ARGV[3] now (steady ms),
           ARGV[4] nonce (random hex: the unguessable part of restored leases' tokens), then per job 4
@@ -35,11 +35,11 @@ local function has_limit(job_type)
   return limited[job_type]
 end
 local cancelled, unpushed = {}, {}
-if not requeue and redis.call('EXISTS', KEYS[7]) == 1 then
-  cancelled = read_many(KEYS[7], ids, 'ZMSCORE')
+if not requeue and redis.call('EXISTS', KEYS[6]) == 1 then
+  cancelled = read_many(KEYS[6], ids, 'ZMSCORE')
 end
-local notes = not requeue and redis.call('EXISTS', KEYS[8]) == 1
-if notes then unpushed = read_many(KEYS[8], ids, 'ZMSCORE') end
+local notes = not requeue and redis.call('EXISTS', KEYS[7]) == 1
+if notes then unpushed = read_many(KEYS[7], ids, 'ZMSCORE') end
 local lost, noted = 0, 0
 for j, id in ipairs(ids) do
   local i = 4 * j + 1
@@ -52,7 +52,7 @@ for j, id in ipairs(ids) do
       set_state(KEYS[5], rec, STATE.LEASED)
       rec.k = ARGV[1] .. ':restored' .. j .. ':' .. ARGV[4]
       rec.d = deadline
-      redis.call('ZADD', KEYS[9], deadline, id)
+      redis.call('ZADD', KEYS[8], deadline, id)
       if rec.g then redis.call('HINCRBY', krun_key(tag, rec.t), rec.g, 1) end
     else
       set_state(KEYS[5], rec, STATE.DELAYED)
@@ -60,9 +60,8 @@ for j, id in ipairs(ids) do
     end
     save_job(KEYS[2], id, rec)
     redis.call('HSET', KEYS[3], id, ARGV[i + 2])
-    redis.call('SADD', KEYS[6], rec.t)
     if unpushed[j] then noted = noted + 1 else lost = lost + 1 end
   end
 end
-if notes then batched('ZREM', KEYS[8], ids) end
+if notes then batched('ZREM', KEYS[7], ids) end
 return {lost, noted}
