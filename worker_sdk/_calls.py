@@ -14,10 +14,13 @@ from . import _tracing
 from ._convert import (
     STATUS_NAMES,
     JobInfo,
+    Identity,
     QueueStats,
     RebalancePlan,
     ShardMap,
+    StatsSnapshot,
     VersionInfo,
+    WorkerInfo,
     dead_filter,
     job_spec,
 )
@@ -30,6 +33,7 @@ JOBS = "JobService"
 SHARDS = "ShardService"
 SCHEDULES = "ScheduleService"
 QUEUES = "QueueService"
+WORKERS = "WorkerService"
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,18 @@ def cancel(job_id: str) -> Call[str]:
 
 def stats() -> Call[list[QueueStats]]:
     return Call(JOBS, "Stats", pb.StatsRequest(), _queue_stats)
+
+
+def stats_snapshot(counters_only: bool) -> Call[StatsSnapshot]:
+    return Call(JOBS, "Stats", pb.StatsRequest(counters_only=counters_only), StatsSnapshot.from_pb)
+
+
+def whoami() -> Call[Identity]:
+    return Call(JOBS, "WhoAmI", pb.WhoAmIRequest(), Identity.from_pb)
+
+
+def workers() -> Call[list[WorkerInfo]]:
+    return Call(WORKERS, "ListWorkers", pb.ListWorkersRequest(), _workers)
 
 
 def dead_letters(job_type: str | None, reason: str | None, limit: int, after_id: str) -> Call[list[JobInfo]]:
@@ -184,6 +200,10 @@ def _status_name(reply: pb.CancelJobResponse) -> str:
 
 def _queue_stats(reply: pb.StatsResponse) -> list[QueueStats]:
     return [QueueStats.from_pb(q) for q in reply.queues]
+
+
+def _workers(reply: pb.ListWorkersResponse) -> list[WorkerInfo]:
+    return [WorkerInfo.from_pb(w, reply.dispatcher_id) for w in reply.workers]
 
 
 def _jobs(reply: pb.ListDeadResponse) -> list[JobInfo]:
