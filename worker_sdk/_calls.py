@@ -13,8 +13,8 @@ from shardq_common.pb import shardq_pb2 as pb
 from . import _tracing
 from ._convert import (
     STATUS_NAMES,
-    JobInfo,
     Identity,
+    JobInfo,
     QueueStats,
     RebalancePlan,
     ShardMap,

@@ -249,8 +249,8 @@ class JobService(pb_grpc.JobServiceServicer):
         if request.after_id:
             validation.job_id(request.after_id, "after_id")
         await self.writer.flush()
-        if where.job_type:
-            auth.check_types([where.job_type], "filter.type")
+        if where.type:
+            auth.check_types([where.type], "filter.type")
         rows = await self.store.list_dead(where, limit, request.after_id)
         # A scoped viewer sees its own types' dead jobs only (the page can come out short).
         return pb.ListDeadResponse(jobs=[job_message(r) for r in rows if auth.may_use(r.type)])
