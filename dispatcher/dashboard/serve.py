@@ -49,7 +49,8 @@ async def check_exposure(settings: DashboardSettings, gateway: Gateway) -> bool 
     if auth is False and not is_loopback(host) and not settings.allow_open:
         raise ConfigError(
             "the dispatcher checks no tokens, so the dashboard serves loopback only; "
-            f"refusing {settings.listen} (turn auth on, listen on 127.0.0.1, or pass --allow-open / SHARDQ_DASHBOARD_ALLOW_OPEN=1)"
+            f"refusing {settings.listen} (turn auth on, listen on 127.0.0.1, "
+            "or pass --allow-open / SHARDQ_DASHBOARD_ALLOW_OPEN=1)"
         )
     return auth
 
