@@ -31,6 +31,7 @@ from ._errors import (
 )
 from ._queues import QueueInfo, QueueSettings, RateLimit
 from ._schedules import Schedule, ScheduleInfo
+from ._search import BULK_ACTIONS, BulkResult, JobFilter, JobPage
 from ._transactional import (
     enqueue_in_transaction,
     enqueue_in_transaction_async,
@@ -40,15 +41,19 @@ from ._transactional import (
 from ._worker import Handler, Worker, serve
 
 __all__ = [
+    "BULK_ACTIONS",
     "DEAD_REASONS",
     "AsyncClient",
+    "BulkResult",
     "Client",
     "DispatcherInfo",
     "Handler",
     "Identity",
     "InvalidArgumentError",
     "JobContext",
+    "JobFilter",
     "JobInfo",
+    "JobPage",
     "NotFoundError",
     "QueueInfo",
     "QueueSettings",

@@ -26,6 +26,7 @@ from ._convert import (
 )
 from ._queues import QueueInfo, QueueSettings, pause_request, settings_request
 from ._schedules import Schedule, ScheduleInfo, schedule_from
+from ._search import BulkResult, JobFilter, JobPage, bulk_request, list_request
 
 T = TypeVar("T")
 
@@ -115,6 +116,22 @@ def prune_jobs(
         older_than_s=older_than_s, type=job_type or "", statuses=list(statuses), dry_run=dry_run, limit=limit
     )
     return Call(JOBS, "PruneJobs", request, _pruned)
+
+
+def list_jobs(
+    job_filter: JobFilter | None,
+    limit: int,
+    cursor: str,
+    oldest_first: bool,
+    max_payload_bytes: int,
+    with_total: bool,
+) -> Call[JobPage]:
+    request = list_request(job_filter, limit, cursor, oldest_first, max_payload_bytes, with_total)
+    return Call(JOBS, "ListJobs", request, lambda reply: JobPage.from_pb(reply, with_total))
+
+
+def bulk_jobs(action: str, job_filter: JobFilter | None, dry_run: bool, limit: int) -> Call[BulkResult]:
+    return Call(JOBS, "BulkJobs", bulk_request(action, job_filter, dry_run, limit), BulkResult.from_pb)
 
 
 def version() -> Call[VersionInfo]:

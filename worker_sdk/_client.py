@@ -35,6 +35,7 @@ from ._pipelining import EnqueuePipeline
 from ._queues import QueueInfo, QueueSettings
 from ._routing import OwnerRoutes
 from ._schedules import Schedule, ScheduleInfo
+from ._search import BulkResult, JobFilter, JobPage
 
 T = TypeVar("T")
 
@@ -303,6 +304,40 @@ class Client(_ClientOptions):
         deleted (counted, with dry_run) and whether more may be left (call again)."""
         return self._send(calls.prune_jobs(older_than_s, job_type, statuses, dry_run, limit))
 
+    # -- search and bulk actions ---------------------------------------------------------
+
+    def list_jobs(
+        self,
+        job_filter: JobFilter | None = None,
+        *,
+        limit: int = 50,
+        cursor: str = "",
+        oldest_first: bool = False,
+        max_payload_bytes: int = 0,
+        with_total: bool = False,
+    ) -> JobPage:
+        """One page of the jobs ``job_filter`` selects (every job without one), newest first unless
+        ``oldest_first``. ``limit``: the page size, at most 500. ``cursor``: the previous page's
+        ``next_cursor`` (same filter and order), for the next page; pages stay stable while jobs
+        are added. ``max_payload_bytes``: payload and result bytes returned per job (0: 1024; at
+        most 65536; ``JobInfo.truncated`` says when one was cut). ``with_total``: count the matches
+        too (exact when cheap, else an estimate: ``JobPage.total_exact``). A token scoped to some
+        job types sees only their jobs."""
+        return self._send(
+            calls.list_jobs(job_filter, limit, cursor, oldest_first, max_payload_bytes, with_total)
+        )
+
+    def bulk_jobs(
+        self, action: str, job_filter: JobFilter | None = None, *, dry_run: bool = False, limit: int = 0
+    ) -> BulkResult:
+        """Apply ``action`` (one of "cancel", "requeue", "run_now", "delete") to the jobs
+        ``job_filter`` selects among those it applies to: cancel delayed, ready and leased jobs;
+        requeue dead ones; run delayed ones (a future run or a retry's backoff) now; delete
+        succeeded, cancelled and dead ones. At most ``limit`` jobs a call (0: 10,000; at most
+        100,000): ``BulkResult.more`` says when to call again. ``dry_run`` counts and changes
+        nothing. Admin only."""
+        return self._send(calls.bulk_jobs(action, job_filter, dry_run, limit))
+
     # -- the cluster -----------------------------------------------------------------------
 
     def version(self) -> VersionInfo:
@@ -546,6 +581,27 @@ class AsyncClient(_ClientOptions):
         limit: int = 0,
     ) -> tuple[int, bool]:
         return await self._send(calls.prune_jobs(older_than_s, job_type, statuses, dry_run, limit))
+
+    # -- search and bulk actions ---------------------------------------------------------
+
+    async def list_jobs(
+        self,
+        job_filter: JobFilter | None = None,
+        *,
+        limit: int = 50,
+        cursor: str = "",
+        oldest_first: bool = False,
+        max_payload_bytes: int = 0,
+        with_total: bool = False,
+    ) -> JobPage:
+        return await self._send(
+            calls.list_jobs(job_filter, limit, cursor, oldest_first, max_payload_bytes, with_total)
+        )
+
+    async def bulk_jobs(
+        self, action: str, job_filter: JobFilter | None = None, *, dry_run: bool = False, limit: int = 0
+    ) -> BulkResult:
+        return await self._send(calls.bulk_jobs(action, job_filter, dry_run, limit))
 
     # -- the cluster -----------------------------------------------------------------------
 

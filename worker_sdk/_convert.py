@@ -122,6 +122,11 @@ class JobInfo:
     rate_limited: int = 0
     #: The job's headers as enqueued (the trace context, when the client injected one).
     headers: dict[str, str] = field(default_factory=dict)
+    #: The schedule that materialized it ("" for a plain enqueue).
+    schedule: str = ""
+    #: From a search: payload or result cut to its max_payload_bytes, last_error to its end
+    #: (get_job returns them whole).
+    truncated: bool = False
 
     @classmethod
     def from_pb(cls, j: pb.Job) -> JobInfo:
@@ -148,6 +153,8 @@ class JobInfo:
             concurrency_key=j.concurrency_key,
             rate_limited=j.rate_limited,
             headers=dict(j.headers),
+            schedule=j.schedule,
+            truncated=j.truncated,
         )
 
 

@@ -73,6 +73,9 @@ METHOD_ROLES: dict[str, frozenset[Role]] = {
     _JOBS + "RequeueDead": _ONLY_ADMIN,
     _JOBS + "PurgeDead": _ONLY_ADMIN,
     _JOBS + "PruneJobs": _ONLY_ADMIN,
+    # A producer or viewer searches the jobs of the types of its scope (the scope filters the query).
+    _JOBS + "ListJobs": frozenset({PRODUCER, VIEWER}),
+    _JOBS + "BulkJobs": _ONLY_ADMIN,
     _WORKERS + "Connect": frozenset({WORKER}),
     _WORKERS + "ListWorkers": frozenset({VIEWER}),
     # Clients send jobs to shard owners; viewers see who owns what.
@@ -268,3 +271,9 @@ def check_types(types: Iterable[str], what: str) -> None:
 def may_use(job_type: str) -> bool:
     principal = current()
     return principal is None or principal.may_use(job_type)
+
+
+def scoped() -> bool:
+    """Whether the caller's token limits the job types it may use."""
+    principal = current()
+    return principal is not None and bool(principal.types)

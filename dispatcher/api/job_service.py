@@ -22,18 +22,19 @@ from ..config import Settings
 from ..ops import process_counters
 from ..ops.redis_errors import REDIS_ERRORS, redis_transient
 from ..ops.redis_faults import note_redis_error
-from ..queue import validation
+from ..queue import job_filter, validation
 from ..queue.cancel import Canceller
 from ..queue.flow import retention
 from ..queue.ingest import Ingestor
 from ..queue.ownership import Ownership
 from ..queue.pruner import STATUSES, prune_older_than
 from ..queue.reconciler import record_from_row
+from ..queue.records import JobRecord
 from ..queue.shard_loops import ShardLoops
 from ..queue.states import JobState
 from ..queue.status_writer import StatusWriter
 from ..queue.working_set import NewJob, WorkingSet
-from ..store import DeadFilter, JobRow, Store
+from ..store import DeadFilter, JobQuery, JobRow, Store
 from . import auth
 
 log = structlog.get_logger("shardq.job_service")
@@ -142,13 +143,7 @@ class JobService(pb_grpc.JobServiceServicer):
             record = None
         message = job_message(row)
         if record is not None:
-            message.status = _STATUS[str(record.state)]
-            message.attempts, message.failures = record.attempts, record.failures
-            message.expirations = record.expirations
-            message.rate_limited = max(message.rate_limited, record.rate_limited)
-            message.lease_until_ms = record.deadline_ms if record.state is JobState.LEASED else 0
-            if record.state in (JobState.DELAYED, JobState.READY):
-                message.run_at_ms = record.run_at_ms
+            overlay_live_state(message, record)
         return message
 
     async def _committed_row(self, job_id: str) -> JobRow | None:
@@ -335,6 +330,45 @@ class JobService(pb_grpc.JobServiceServicer):
         return pb.PruneJobsResponse(rows=rows, more=more)
 
     @rpc
+    async def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsResponse:
+        search = job_filter.parse(request.filter)
+        limit = job_filter.page_size(request.limit)
+        payload_bytes = job_filter.payload_bytes(request.max_payload_bytes)
+        newest_first = not request.oldest_first
+        digest = search.digest(newest_first)
+        after = job_filter.decode_cursor(request.cursor, digest, newest_first) if request.cursor else ""
+        query = await self._resolve(search)
+        # This process's status writes first: what it changed is in the rows read (another
+        # process's lag by SHARDQ_FLUSH_INTERVAL_MS at most; Redis's state is overlaid below).
+        await self.writer.flush()
+        rows = await self.store.search_jobs(query, limit + 1, after, newest_first=newest_first)
+        more = len(rows) > limit
+        rows = [r for r in rows[:limit] if auth.may_use(r.type)]
+        records = await self.working_set.records([(r.shard, r.id) for r in rows])
+        jobs = []
+        for row in rows:
+            message = job_message(row)
+            record = records.get(row.id)
+            # A record that finished after the row was read has its outcome in the DB only: the row
+            # is shown as it is until that write commits (as GetJob does).
+            if record is not None and not (record.state in _OUTCOMES and row.status != record.state):
+                overlay_live_state(message, record)
+            _cut(message, payload_bytes)
+            jobs.append(message)
+        reply = pb.ListJobsResponse(jobs=jobs)
+        if more:
+            reply.next_cursor = job_filter.encode_cursor(rows[-1].id, digest, newest_first)
+        if request.with_total:
+            reply.total, reply.total_exact = await self.store.count_jobs(query)
+        return reply
+
+    async def _resolve(self, search: job_filter.SearchFilter) -> JobQuery:
+        """The filter's types made exact (patterns, scope); the DB's types are read only if needed."""
+        scoped = auth.scoped()
+        known = await self.store.job_types() if search.needs_known_types(scoped) else []
+        return search.resolve(known, auth.may_use, scoped)
+
+    @rpc
     async def GetVersion(self, request: pb.GetVersionRequest, context: Any) -> pb.GetVersionResponse:
         return pb.GetVersionResponse(
             version=__version__, protocol=PROTOCOL_VERSION, shard_count=self.settings.shard_count
@@ -343,6 +377,34 @@ class JobService(pb_grpc.JobServiceServicer):
     def _filter(self, f: pb.DeadFilter) -> DeadFilter:
         job_type = validation.job_type(f.type, "filter.type") if f.type else ""
         return DeadFilter(job_type, validation.dead_reason(f.reason, "filter.reason"))
+
+
+def overlay_live_state(message: pb.Job, record: JobRecord) -> None:
+    """Redis holds the live state; the row may lag it by the write-behind interval."""
+    message.status = _STATUS[str(record.state)]
+    message.attempts, message.failures = record.attempts, record.failures
+    message.expirations = record.expirations
+    message.rate_limited = max(message.rate_limited, record.rate_limited)
+    message.lease_until_ms = record.deadline_ms if record.state is JobState.LEASED else 0
+    if record.state in (JobState.DELAYED, JobState.READY):
+        message.run_at_ms = record.run_at_ms
+
+
+#: Characters of last_error a listed job keeps (its end: a traceback's last line says most).
+LISTED_ERROR_CHARS = 2000
+
+
+def _cut(message: pb.Job, payload_bytes: int) -> None:
+    """A listed job's large fields, cut to size (GetJob returns them whole)."""
+    if len(message.payload) > payload_bytes:
+        message.payload = message.payload[:payload_bytes]
+        message.truncated = True
+    if len(message.result) > payload_bytes:
+        message.result = message.result[:payload_bytes]
+        message.truncated = True
+    if len(message.last_error) > LISTED_ERROR_CHARS:
+        message.last_error = message.last_error[-LISTED_ERROR_CHARS:]
+        message.truncated = True
 
 
 def job_message(row: JobRow) -> pb.Job:

@@ -14,7 +14,7 @@ import grpc
 
 from worker_sdk import DEAD_REASONS, Client, JobInfo, ShardqError
 
-from . import ctl_queues, ctl_retention, ctl_schedules
+from . import ctl_queues, ctl_retention, ctl_schedules, ctl_search
 from .extra import missing_extra_message
 from .tables import table
 
@@ -371,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
     ctl_schedules.add_commands(sub)
     ctl_retention.add_queue_command(ctl_queues.add_commands(sub))
-    ctl_retention.add_commands(sub)
+    ctl_search.add_commands(ctl_retention.add_commands(sub))
     for leaf in _leaf_parsers(parser):
         _add_global_options(leaf, defaults=False)
     return parser

@@ -94,8 +94,9 @@ def add_queue_command(queue: Any) -> None:
     p.set_defaults(func=cmd_retention)
 
 
-def add_commands(sub: Any) -> None:
-    jobs = sub.add_parser("jobs", help="finished jobs in bulk").add_subparsers(
+def add_commands(sub: Any) -> Any:
+    """``jobs prune``; returns the ``jobs`` subcommands for the others (ctl_search)."""
+    jobs = sub.add_parser("jobs", help="search jobs and act on many at once").add_subparsers(
         dest="jobs_command", required=True
     )
     p = jobs.add_parser(
@@ -108,3 +109,4 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--status", choices=STATUSES, help="only this status (default: all three)")
     p.add_argument("--dry-run", action="store_true", help="print how many would go, delete nothing")
     p.set_defaults(func=cmd_prune)
+    return jobs

@@ -638,3 +638,21 @@ class WorkingSet:
     async def record(self, shard: int, job_id: str) -> JobRecord | None:
         raw = await self.redis.hget(ShardKeys(shard).jobs, job_id)
         return JobRecord.unpack(raw) if raw else None
+
+    async def records(self, jobs: Sequence[tuple[int, str]]) -> dict[str, JobRecord]:
+        """The records of these (shard, id) jobs that Redis holds, in one round trip (a pipeline)."""
+        by_shard: dict[int, list[str]] = {}
+        for shard, job_id in jobs:
+            by_shard.setdefault(shard, []).append(job_id)
+        if not by_shard:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard, ids in by_shard.items():
+                pipe.hmget(ShardKeys(shard).jobs, ids)
+            replies = await pipe.execute()
+        out = {}
+        for ids, raws in zip(by_shard.values(), replies, strict=True):
+            for job_id, raw in zip(ids, raws, strict=True):
+                if raw:
+                    out[job_id] = JobRecord.unpack(raw)
+        return out

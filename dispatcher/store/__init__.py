@@ -6,11 +6,14 @@ from .base import DeadFilter, JobRow, Store, StoreUpdate
 from .open import open_store
 from .queue_settings import QueueSettingsRow
 from .schedules import Advance, ScheduleRow, StaleOccurrence
+from .search import JobQuery, PayloadCondition
 
 __all__ = [
     "Advance",
     "DeadFilter",
+    "JobQuery",
     "JobRow",
+    "PayloadCondition",
     "QueueSettingsRow",
     "ScheduleRow",
     "StaleOccurrence",

@@ -15,6 +15,7 @@ from shardq_common.errors import ConfigError, StoreUnavailable
 from .queue_settings import QueueSettingsQueries
 from .retention import RetentionQueries
 from .schedules import ScheduleQueries
+from .search import SearchQueries
 
 COLUMNS = (
     "id, type, shard, priority, payload, status, run_at, lease_until, attempts, failures, expirations, "
@@ -195,7 +196,7 @@ _INSERT = (
 )
 
 
-class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, abc.ABC):
+class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueries, abc.ABC):
     """Job rows and shard epochs. Every method is one transaction."""
 
     url_for_logs: str = ""

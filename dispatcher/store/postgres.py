@@ -14,6 +14,7 @@ from shardq_common.errors import StoreUnavailable
 from shardq_common.redaction import redact
 
 from .base import NEW_JOB_COLUMNS, JobRow, Store, StoreUpdate, Tx
+from .search import COUNT_TIMEOUT_MS, SEARCH_TIMEOUT_MS, JobQuery, SearchTooSlow
 
 # One statement for a whole batch of status updates (executemany would be a round trip per row);
 # the same rules as base._UPDATE.
@@ -133,6 +134,39 @@ class PostgresStore(Store):
             if not durable:
                 await conn.execute("SET LOCAL synchronous_commit = off")
             yield _PgTx(conn)
+
+    @asynccontextmanager
+    async def search_transaction(self) -> AsyncIterator[Tx]:
+        try:
+            async with self._connection() as conn, conn.transaction():
+                await conn.execute(f"SET LOCAL statement_timeout = {SEARCH_TIMEOUT_MS}")
+                yield _PgTx(conn)
+        except StoreUnavailable as exc:
+            if isinstance(exc.__cause__, psycopg.errors.QueryCanceled):
+                raise SearchTooSlow(
+                    f"the search ran over {SEARCH_TIMEOUT_MS // 1000} s and was stopped: narrow it "
+                    "(a job type, a state, a time range)"
+                ) from None
+            raise
+
+    async def count_jobs(self, query: JobQuery) -> tuple[int, bool]:
+        """Exact when counting takes under COUNT_TIMEOUT_MS; else the planner's estimate."""
+        if query.matches_nothing():
+            return 0, True
+        where, params = query.where(self.backend)
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute(f"SET LOCAL statement_timeout = {COUNT_TIMEOUT_MS}")
+            try:
+                async with conn.transaction():  # a savepoint: the cancelled count leaves the rest usable
+                    cur = await conn.execute(_pg(f"SELECT COUNT(*) FROM jobs WHERE {where}"), params)
+                    row = await cur.fetchone()
+                    return (int(row[0]) if row else 0), True
+            except psycopg.errors.QueryCanceled:
+                pass
+            await conn.execute(f"SET LOCAL statement_timeout = {SEARCH_TIMEOUT_MS}")
+            cur = await conn.execute(_pg(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM jobs WHERE {where}"), params)
+            plan = await cur.fetchone()
+        return (int(plan[0][0]["Plan"]["Plan Rows"]) if plan else 0), False
 
     async def insert_jobs(self, rows: Sequence[JobRow]) -> list[tuple[str, bool]]:
         if len(rows) > _ONE_STATEMENT_ROWS or any(r.idem_key for r in rows):

@@ -32,6 +32,14 @@ class DeadReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DEAD_REASON_LEASE_EXPIRED: _ClassVar[DeadReason]
     DEAD_REASON_NO_HANDLER: _ClassVar[DeadReason]
 
+class BulkAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BULK_ACTION_UNSPECIFIED: _ClassVar[BulkAction]
+    BULK_ACTION_CANCEL: _ClassVar[BulkAction]
+    BULK_ACTION_REQUEUE: _ClassVar[BulkAction]
+    BULK_ACTION_RUN_NOW: _ClassVar[BulkAction]
+    BULK_ACTION_DELETE: _ClassVar[BulkAction]
+
 class CatchUp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CATCH_UP_UNSPECIFIED: _ClassVar[CatchUp]
@@ -54,6 +62,11 @@ DEAD_REASON_HANDLER_ERROR: DeadReason
 DEAD_REASON_NOT_RETRYABLE: DeadReason
 DEAD_REASON_LEASE_EXPIRED: DeadReason
 DEAD_REASON_NO_HANDLER: DeadReason
+BULK_ACTION_UNSPECIFIED: BulkAction
+BULK_ACTION_CANCEL: BulkAction
+BULK_ACTION_REQUEUE: BulkAction
+BULK_ACTION_RUN_NOW: BulkAction
+BULK_ACTION_DELETE: BulkAction
 CATCH_UP_UNSPECIFIED: CatchUp
 CATCH_UP_ALL: CatchUp
 CATCH_UP_LATEST: CatchUp
@@ -125,7 +138,7 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard", "schedule", "concurrency_key", "rate_limited", "headers")
+    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard", "schedule", "concurrency_key", "rate_limited", "headers", "truncated")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -156,6 +169,7 @@ class Job(_message.Message):
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     id: str
     type: str
     priority: Priority
@@ -179,7 +193,8 @@ class Job(_message.Message):
     concurrency_key: str
     rate_limited: int
     headers: _containers.ScalarMap[str, str]
-    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ..., schedule: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., rate_limited: _Optional[int] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    truncated: bool
+    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ..., schedule: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., rate_limited: _Optional[int] = ..., headers: _Optional[_Mapping[str, str]] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -360,6 +375,94 @@ class GetVersionResponse(_message.Message):
     protocol: int
     shard_count: int
     def __init__(self, version: _Optional[str] = ..., protocol: _Optional[int] = ..., shard_count: _Optional[int] = ...) -> None: ...
+
+class PayloadMatch(_message.Message):
+    __slots__ = ("path", "value_json")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    value_json: str
+    def __init__(self, path: _Optional[str] = ..., value_json: _Optional[str] = ...) -> None: ...
+
+class JobFilter(_message.Message):
+    __slots__ = ("types", "type_patterns", "statuses", "priorities", "created_after_ms", "created_before_ms", "finished_after_ms", "finished_before_ms", "idempotency_key", "schedule", "error_contains", "payload", "dead_reason")
+    TYPES_FIELD_NUMBER: _ClassVar[int]
+    TYPE_PATTERNS_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    PRIORITIES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BEFORE_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_BEFORE_MS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CONTAINS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    DEAD_REASON_FIELD_NUMBER: _ClassVar[int]
+    types: _containers.RepeatedScalarFieldContainer[str]
+    type_patterns: _containers.RepeatedScalarFieldContainer[str]
+    statuses: _containers.RepeatedScalarFieldContainer[JobStatus]
+    priorities: _containers.RepeatedScalarFieldContainer[Priority]
+    created_after_ms: int
+    created_before_ms: int
+    finished_after_ms: int
+    finished_before_ms: int
+    idempotency_key: str
+    schedule: str
+    error_contains: str
+    payload: _containers.RepeatedCompositeFieldContainer[PayloadMatch]
+    dead_reason: DeadReason
+    def __init__(self, types: _Optional[_Iterable[str]] = ..., type_patterns: _Optional[_Iterable[str]] = ..., statuses: _Optional[_Iterable[_Union[JobStatus, str]]] = ..., priorities: _Optional[_Iterable[_Union[Priority, str]]] = ..., created_after_ms: _Optional[int] = ..., created_before_ms: _Optional[int] = ..., finished_after_ms: _Optional[int] = ..., finished_before_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., schedule: _Optional[str] = ..., error_contains: _Optional[str] = ..., payload: _Optional[_Iterable[_Union[PayloadMatch, _Mapping]]] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("filter", "limit", "cursor", "oldest_first", "max_payload_bytes", "with_total")
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_FIRST_FIELD_NUMBER: _ClassVar[int]
+    MAX_PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WITH_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    filter: JobFilter
+    limit: int
+    cursor: str
+    oldest_first: bool
+    max_payload_bytes: int
+    with_total: bool
+    def __init__(self, filter: _Optional[_Union[JobFilter, _Mapping]] = ..., limit: _Optional[int] = ..., cursor: _Optional[str] = ..., oldest_first: _Optional[bool] = ..., max_payload_bytes: _Optional[int] = ..., with_total: _Optional[bool] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs", "next_cursor", "total", "total_exact")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_EXACT_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    next_cursor: str
+    total: int
+    total_exact: bool
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_cursor: _Optional[str] = ..., total: _Optional[int] = ..., total_exact: _Optional[bool] = ...) -> None: ...
+
+class BulkJobsRequest(_message.Message):
+    __slots__ = ("action", "filter", "dry_run", "limit")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    action: BulkAction
+    filter: JobFilter
+    dry_run: bool
+    limit: int
+    def __init__(self, action: _Optional[_Union[BulkAction, str]] = ..., filter: _Optional[_Union[JobFilter, _Mapping]] = ..., dry_run: _Optional[bool] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class BulkJobsResponse(_message.Message):
+    __slots__ = ("matched", "touched", "more")
+    MATCHED_FIELD_NUMBER: _ClassVar[int]
+    TOUCHED_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    matched: int
+    touched: int
+    more: bool
+    def __init__(self, matched: _Optional[int] = ..., touched: _Optional[int] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class WhoAmIRequest(_message.Message):
     __slots__ = ()

@@ -84,6 +84,16 @@ class JobServiceStub:
                 request_serializer=shardq_dot_v1_dot_shardq__pb2.GetVersionRequest.SerializeToString,
                 response_deserializer=shardq_dot_v1_dot_shardq__pb2.GetVersionResponse.FromString,
                 _registered_method=True)
+        self.ListJobs = channel.unary_unary(
+                '/shardq.v1.JobService/ListJobs',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.ListJobsResponse.FromString,
+                _registered_method=True)
+        self.BulkJobs = channel.unary_unary(
+                '/shardq.v1.JobService/BulkJobs',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.BulkJobsRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.BulkJobsResponse.FromString,
+                _registered_method=True)
         self.WhoAmI = channel.unary_unary(
                 '/shardq.v1.JobService/WhoAmI',
                 request_serializer=shardq_dot_v1_dot_shardq__pb2.WhoAmIRequest.SerializeToString,
@@ -155,6 +165,20 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListJobs(self, request, context):
+        """search (issue 19)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BulkJobs(self, request, context):
+        """bulk actions by filter; admin
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WhoAmI(self, request, context):
         """Who the caller's token stands for (any role; with auth off: an anonymous admin).
         """
@@ -214,6 +238,16 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.GetVersion,
                     request_deserializer=shardq_dot_v1_dot_shardq__pb2.GetVersionRequest.FromString,
                     response_serializer=shardq_dot_v1_dot_shardq__pb2.GetVersionResponse.SerializeToString,
+            ),
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.ListJobsRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'BulkJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.BulkJobs,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.BulkJobsRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.BulkJobsResponse.SerializeToString,
             ),
             'WhoAmI': grpc.unary_unary_rpc_method_handler(
                     servicer.WhoAmI,
@@ -491,6 +525,60 @@ class JobService:
             '/shardq.v1.JobService/GetVersion',
             shardq_dot_v1_dot_shardq__pb2.GetVersionRequest.SerializeToString,
             shardq_dot_v1_dot_shardq__pb2.GetVersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.JobService/ListJobs',
+            shardq_dot_v1_dot_shardq__pb2.ListJobsRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.ListJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BulkJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.JobService/BulkJobs',
+            shardq_dot_v1_dot_shardq__pb2.BulkJobsRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.BulkJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,238 @@
+"""The job search (ListJobs, and the bulk actions that take its filter): one WHERE clause built from
+a validated JobQuery, pages by keyset on the primary key (job ids are time-ordered), and counts.
+
+Which index serves which condition (migration 0013 and the earlier ones; docs/operations.md has the
+query plans): the order and the created-time range use the primary key (the time is the id's
+prefix); job types, exact or resolved from patterns and scopes, ``jobs_type_id`` (type, id); the
+dead-letter reason ``jobs_dead``; the schedule ``jobs_schedule_id``; the idempotency key
+``jobs_idem_key``; finished-time ranges ``jobs_finished``. Error text and payload fields are
+conditions checked row by row along one of those; an operator adds an expression index for the
+payload fields their searches use (docs/operations.md).
+
+Payloads are bytes. A payload condition holds only for a payload that is a JSON object with that
+field and value: any other payload (not UTF-8, not JSON, a JSON array or scalar) never matches, and
+never makes the query fail (PostgreSQL: ``shardq_payload_json`` of migration 0013 returns NULL for
+it; SQLite: ``json_valid`` guards ``json_extract``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from shardq_common.errors import DispatcherError
+
+if TYPE_CHECKING:
+    from .base import JobRow, Tx
+
+#: Most job types the loose scan of ``jobs_type_id`` lists (one index probe per type).
+MAX_TYPES = 10_000
+#: SQLite counts matches up to this many (it has no planner estimate to fall back on).
+COUNT_CAP = 10_000
+#: PostgreSQL: a search statement that runs longer is cancelled and the caller told to narrow it.
+SEARCH_TIMEOUT_MS = 5_000
+#: PostgreSQL: an exact count that takes longer gives way to the planner's estimate.
+COUNT_TIMEOUT_MS = 100
+
+
+class SearchTooSlow(DispatcherError):
+    """the search took too long: narrow it (a job type, a state, a time range)"""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+@dataclass(frozen=True)
+class PayloadCondition:
+    """``payload.<path> = value``: ``path`` is keys of letters, digits and _ (checked by the caller,
+    since they are written into the SQL, where an expression index can match them); ``json`` the
+    value as canonical JSON text, ``kind`` its JSON type: number, string, true, false or null."""
+
+    path: tuple[str, ...]
+    json: str
+    kind: str
+    value: Any  # the Python value of a number or string (SQLite compares json_extract's result)
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    """A validated search filter. Empty tuples and None are no condition. ``types`` None: any type;
+    an empty tuple: no type at all (patterns or a scope that match no known type)."""
+
+    types: tuple[str, ...] | None = None
+    statuses: tuple[str, ...] = ()
+    priorities: tuple[int, ...] = ()
+    min_id: str = ""  # created at or after: the smallest id of that millisecond
+    max_id: str = ""  # created before: ids below the smallest of that millisecond
+    finished_after_ms: int | None = None
+    finished_before_ms: int | None = None
+    idem_key: str = ""
+    schedule: str = ""
+    error_contains: str = ""
+    payload: tuple[PayloadCondition, ...] = ()
+    dead_reason: str = ""
+
+    def matches_nothing(self) -> bool:
+        return self.types is not None and not self.types
+
+    def where(self, backend: str) -> tuple[str, list[Any]]:
+        sql: list[str] = []
+        params: list[Any] = []
+
+        def among(column: str, values: Sequence[Any]) -> None:
+            if len(values) == 1:
+                sql.append(f"{column} = ?")
+            else:
+                sql.append(f"{column} IN ({', '.join('?' * len(values))})")
+            params.extend(values)
+
+        if self.types:
+            among("type", self.types)
+        if self.statuses:
+            among("status", self.statuses)
+        if self.priorities:
+            among("priority", self.priorities)
+        if self.min_id:
+            sql.append("id >= ?")
+            params.append(self.min_id)
+        if self.max_id:
+            sql.append("id < ?")
+            params.append(self.max_id)
+        if self.finished_after_ms is not None:
+            sql.append("finished_at >= ?")
+            params.append(self.finished_after_ms)
+        if self.finished_before_ms is not None:
+            sql.append("finished_at < ?")
+            params.append(self.finished_before_ms)
+        if self.idem_key:
+            sql.append("idem_key = ?")
+            params.append(self.idem_key)
+        if self.schedule:
+            sql.append("schedule = ?")
+            params.append(self.schedule)
+        if self.dead_reason:
+            sql.append("status = 'dead' AND dead_reason = ?")
+            params.append(self.dead_reason)
+        if self.error_contains:
+            sql.append("strpos(last_error, ?) > 0" if backend == "postgres" else "instr(last_error, ?) > 0")
+            params.append(self.error_contains)
+        for condition in self.payload:
+            clause, values = (_pg_payload if backend == "postgres" else _sqlite_payload)(condition)
+            sql.append(clause)
+            params.extend(values)
+        return " AND ".join(sql) or "TRUE", params
+
+
+def pg_payload_expression(path: Sequence[str]) -> str:
+    """The expression a payload condition compares on PostgreSQL (an expression index on exactly
+    this serves it)."""
+    return f"(shardq_payload_json(payload) #> '{{{','.join(path)}}}')"
+
+
+def sqlite_payload_expression(path: Sequence[str]) -> str:
+    """The expression a payload condition compares on SQLite (an expression index on exactly this
+    serves it): NULL for a payload that is not JSON, where json_extract would raise an error."""
+    return (
+        "json_extract(CASE WHEN json_valid(CAST(payload AS TEXT)) THEN CAST(payload AS TEXT) END, "
+        f"'$.{'.'.join(path)}')"
+    )
+
+
+def _pg_payload(c: PayloadCondition) -> tuple[str, list[Any]]:
+    # jsonb equality is typed: 42 = 42.0, but 42 is not "42".
+    return f"{pg_payload_expression(c.path)} = ?::jsonb", [c.json]
+
+
+_SQLITE_KINDS = {"number": "('integer', 'real')", "string": "('text')"}
+
+
+def _sqlite_payload(c: PayloadCondition) -> tuple[str, list[Any]]:
+    value = sqlite_payload_expression(c.path)
+    json_type = value.replace("json_extract(", "json_type(", 1)
+    if c.kind in _SQLITE_KINDS:
+        # json_extract gives 1 for true and the text of a string: the type tells 1 from true and
+        # "42" from 42 (SQLite never finds TEXT equal to INTEGER, but 1 = true would hold).
+        return f"{value} = ? AND {json_type} IN {_SQLITE_KINDS[c.kind]}", [c.value]
+    return f"{json_type} = ?", [c.kind]
+
+
+class SearchQueries:
+    """Mixed into Store: every method is one transaction."""
+
+    backend: str = ""
+
+    def transaction(self, *, durable: bool = True) -> AbstractAsyncContextManager[Tx]:
+        raise NotImplementedError
+
+    def search_transaction(self) -> AbstractAsyncContextManager[Tx]:
+        """A transaction for one search statement; PostgreSQL's bounds its time (SEARCH_TIMEOUT_MS)."""
+        return self.transaction()
+
+    async def job_types(self) -> list[str]:
+        """Every job type with rows (a loose scan of ``jobs_type_id``: one probe per type)."""
+        async with self.transaction() as tx:
+            rows = await tx.execute(_TYPES, (MAX_TYPES,))
+        return [str(r[0]) for r in rows]
+
+    async def search_jobs(
+        self, query: JobQuery, limit: int, after_id: str = "", *, newest_first: bool = True
+    ) -> list[JobRow]:
+        """Up to ``limit`` rows matching ``query``, by id (newest or oldest first), after ``after_id``
+        in that order."""
+        from .base import COLUMNS, JobRow
+
+        if query.matches_nothing():
+            return []
+        where, params = query.where(self.backend)
+        if after_id:
+            where += " AND id < ?" if newest_first else " AND id > ?"
+            params.append(after_id)
+        order = "DESC" if newest_first else "ASC"
+        async with self.search_transaction() as tx:
+            rows = await tx.execute(
+                f"SELECT {COLUMNS} FROM jobs WHERE {where} ORDER BY id {order} LIMIT ?", [*params, limit]
+            )
+        return [JobRow.from_row(r) for r in rows]
+
+    async def search_ids(
+        self, query: JobQuery, limit: int, after_id: str = ""
+    ) -> list[tuple[str, int, str, int, str]]:
+        """(id, shard, type, priority, status) of up to ``limit`` matching rows after ``after_id``,
+        oldest first: what a bulk action needs to act on each."""
+        if query.matches_nothing():
+            return []
+        where, params = query.where(self.backend)
+        async with self.search_transaction() as tx:
+            rows = await tx.execute(
+                f"SELECT id, shard, type, priority, status FROM jobs WHERE {where} AND id > ? "
+                "ORDER BY id LIMIT ?",
+                [*params, after_id, limit],
+            )
+        return [(str(r[0]), int(r[1]), str(r[2]), int(r[3]), str(r[4])) for r in rows]
+
+    async def count_jobs(self, query: JobQuery) -> tuple[int, bool]:
+        """How many rows match, and whether that is exact. Here: counted up to COUNT_CAP (then
+        COUNT_CAP, not exact); PostgreSQL overrides it with a time-bounded count and an estimate."""
+        if query.matches_nothing():
+            return 0, True
+        where, params = query.where(self.backend)
+        async with self.search_transaction() as tx:
+            rows = await tx.execute(
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE {where} LIMIT ?) AS matched",
+                [*params, COUNT_CAP + 1],
+            )
+        n = int(rows[0][0])
+        return (COUNT_CAP, False) if n > COUNT_CAP else (n, True)
+
+
+_TYPES = (
+    "WITH RECURSIVE t(type, n) AS ("
+    " SELECT (SELECT MIN(type) FROM jobs), 1"
+    " UNION ALL"
+    " SELECT (SELECT MIN(type) FROM jobs WHERE type > t.type), t.n + 1"
+    " FROM t WHERE t.type IS NOT NULL AND t.n < ?"
+    ") SELECT type FROM t WHERE type IS NOT NULL"
+)
