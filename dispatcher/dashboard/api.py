@@ -148,6 +148,32 @@ async def requeue_job(call: Call) -> Response:
 
 
 @route("api")
+async def search_jobs(call: Call) -> Response:
+    limit = ops.bounded_int(call.get("limit"), "limit", ops.JOBS_PAGE, 1, ops.MAX_JOBS_PAGE)
+    order = call.get("order", "newest")
+    if order not in ("newest", "oldest"):
+        raise ops.BadInput("order: newest or oldest")
+    page = await _ops(call).search(
+        call.session, call.inputs, limit=limit, cursor=call.get("cursor"), oldest_first=order == "oldest"
+    )
+    return JSONResponse(page)
+
+
+@route("action", "bulk action on jobs")
+async def bulk_jobs(call: Call) -> Response:
+    dry_run = call.get("dry_run") in ("1", "true")
+    data = await _ops(call).bulk(call.session, call.get("action"), call.inputs, dry_run=dry_run)
+    verb = data["action"].replace("_", " ")
+    if dry_run:
+        message = f"dry run: {data['matched']} jobs match, {verb} would apply to them"
+    else:
+        message = f"{verb}: {data['touched']} of {data['matched']} matching jobs" + (
+            " (more left: run it again)" if data["more"] else ""
+        )
+    return outcome(call, data, message)
+
+
+@route("api")
 async def dead(call: Call) -> Response:
     name, reason = _dead_filter(call)
     limit = ops.bounded_int(call.get("limit"), "limit", ops.DEAD_PAGE, 1, ops.MAX_DEAD_PAGE)
@@ -225,6 +251,20 @@ async def rebalance(call: Call) -> Response:
     return outcome(call, data, message)
 
 
+_SEARCH = (
+    Param("type", "query", "job types or patterns (billing.*), comma-separated"),
+    Param("status", "query", "states, comma-separated", enum=ops.STATUSES),
+    Param("priority", "query", "priority classes, comma-separated", enum=ops.PRIORITIES),
+    Param("created_after", "query", "ISO 8601 (UTC unless an offset is given) or epoch seconds"),
+    Param("created_before", "query", "ISO 8601 or epoch seconds"),
+    Param("finished_after", "query", "ISO 8601 or epoch seconds"),
+    Param("finished_before", "query", "ISO 8601 or epoch seconds"),
+    Param("idempotency_key", "query", "exact"),
+    Param("schedule", "query", "the schedule that made the job"),
+    Param("error", "query", "a substring of the last error"),
+    Param("payload", "query", 'payload fields: customer_id = 42; region = "eu"'),
+    Param("reason", "query", "dead reason", enum=ops.DEAD_REASONS),
+)
 _DRY = Param("dry_run", "body", "true: count (or plan) only, change nothing", enum=("true", "false"))
 
 ENDPOINTS: tuple[Endpoint, ...] = (
@@ -256,6 +296,26 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "resume a job type (or one class)",
         resume_queue,
         (Param("type", "path", "job type", True), _PRIORITY),
+        action=True,
+    ),  # fmt: skip
+    Endpoint(
+        "GET",
+        "/api/jobs",
+        "search jobs (newest first), a page at a time",
+        search_jobs,
+        (
+            *_SEARCH,
+            Param("order", "query", "newest or oldest first", enum=("newest", "oldest")),
+            Param("cursor", "query", "the previous page's next_cursor"),
+            Param("limit", "query", f"1..{ops.MAX_JOBS_PAGE}"),
+        ),
+    ),  # fmt: skip
+    Endpoint(
+        "POST",
+        "/api/jobs/bulk",
+        "cancel, requeue, run now or delete every job the filter selects",
+        bulk_jobs,
+        (*_SEARCH, Param("action", "body", "what to do", True, ops.BULK_ACTIONS), _DRY),
         action=True,
     ),  # fmt: skip
     Endpoint("GET", "/api/jobs/{id}", "a job", job, (Param("id", "path", "job id", True),)),

@@ -18,7 +18,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from shardq_common.clock import wall_ms
-from worker_sdk import DEAD_REASONS, AsyncClient, JobInfo, QueueStats, StatsSnapshot
+from worker_sdk import DEAD_REASONS, AsyncClient, JobFilter, JobInfo, QueueStats, StatsSnapshot
 
 from .gateway import Gateway
 from .rates import RATE_FIELDS, Window, sample_of
@@ -96,6 +96,84 @@ def bounded_int(value: str | None, field: str, default: int, low: int, high: int
     if not low <= number <= high:
         raise BadInput(f"{field}: {low}..{high}")
     return number
+
+
+#: What the Jobs search form offers (the JobFilter fields, by their URL names).
+SEARCH_FIELDS = (
+    "type", "status", "priority", "created_after", "created_before", "finished_after",
+    "finished_before", "idempotency_key", "schedule", "error", "payload", "reason",
+)  # fmt: skip
+STATUSES = ("delayed", "ready", "leased", "succeeded", "dead", "cancelled")
+BULK_ACTIONS = ("cancel", "requeue", "run_now", "delete")
+JOBS_PAGE = 50
+MAX_JOBS_PAGE = 500
+MAX_PAYLOAD_MATCHES = 4
+MAX_FIELD_CHARS = 1000
+
+
+def _listed(value: str, field: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    items = tuple(v.strip() for v in value.replace("\n", ",").split(",") if v.strip())
+    for item in items:
+        if allowed is not None and item not in allowed:
+            raise BadInput(f"{field}: {item!r} is not one of {', '.join(allowed)}")
+    return items
+
+
+def _moment(value: str, field: str) -> float | None:
+    """An ISO 8601 date-time (a browser's datetime-local field is read as UTC), or epoch seconds."""
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadInput(
+            f"{field}: an ISO 8601 date-time (2026-12-05T16:00, UTC unless an offset is given)"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _payload_matches(value: str) -> dict[str, Any]:
+    """``customer_id = 42; region = "eu"``: dotted JSON paths and values (JSON, else a string)."""
+    matches: dict[str, Any] = {}
+    for part in (p.strip() for p in value.replace("\n", ";").split(";")):
+        if not part:
+            continue
+        path, eq, raw = part.partition("=")
+        path, raw = path.strip().removeprefix("payload."), raw.strip()
+        if not eq or not path or not raw:
+            raise BadInput(f"payload: expected path = value, not {part[:80]!r}")
+        try:
+            matches[path] = json.loads(raw)
+        except ValueError:
+            matches[path] = raw
+    if len(matches) > MAX_PAYLOAD_MATCHES:
+        raise BadInput(f"payload: at most {MAX_PAYLOAD_MATCHES} fields")
+    return matches
+
+
+def job_filter(inputs: dict[str, str]) -> JobFilter:
+    """The search form's fields as a JobFilter (the dispatcher checks the rest and names the field)."""
+    for name in SEARCH_FIELDS:
+        if len(inputs.get(name, "")) > MAX_FIELD_CHARS:
+            raise BadInput(f"{name}: at most {MAX_FIELD_CHARS} characters")
+    return JobFilter(
+        types=_listed(inputs.get("type", ""), "type"),
+        statuses=_listed(inputs.get("status", ""), "status", STATUSES),
+        priorities=_listed(inputs.get("priority", ""), "priority", PRIORITIES),
+        created_after=_moment(inputs.get("created_after", ""), "created_after"),
+        created_before=_moment(inputs.get("created_before", ""), "created_before"),
+        finished_after=_moment(inputs.get("finished_after", ""), "finished_after"),
+        finished_before=_moment(inputs.get("finished_before", ""), "finished_before"),
+        idempotency_key=inputs.get("idempotency_key", ""),
+        schedule=inputs.get("schedule", ""),
+        error_contains=inputs.get("error", ""),
+        payload=_payload_matches(inputs.get("payload", "")),
+        dead_reason=dead_reason(inputs.get("reason")) or "",
+    )
 
 
 def shown_bytes(data: bytes) -> dict[str, Any]:
@@ -265,6 +343,28 @@ class Operations:
     async def requeue(self, session: Session, ident: str) -> dict[str, Any]:
         n = await self.client(session).requeue_dead([job_id(ident)])
         return {"id": ident, "requeued": n}
+
+    async def search(
+        self, session: Session, inputs: dict[str, str], *, limit: int, cursor: str, oldest_first: bool
+    ) -> dict[str, Any]:
+        page = await self.client(session).list_jobs(
+            job_filter(inputs), limit=limit, cursor=cursor, oldest_first=oldest_first,
+            max_payload_bytes=256, with_total=True,
+        )  # fmt: skip
+        return {
+            "jobs": [job_dict(j) for j in page.jobs],
+            "next_cursor": page.next_cursor,
+            "total": page.total,
+            "total_exact": page.total_exact,
+        }
+
+    async def bulk(
+        self, session: Session, action: str, inputs: dict[str, str], *, dry_run: bool
+    ) -> dict[str, Any]:
+        if action not in BULK_ACTIONS:
+            raise BadInput(f"action: one of {', '.join(BULK_ACTIONS)}")
+        found = await self.client(session).bulk_jobs(action, job_filter(inputs), dry_run=dry_run)
+        return {"action": action, "dry_run": dry_run, **asdict(found)}
 
     # -- dead letters -------------------------------------------------------------------------
 

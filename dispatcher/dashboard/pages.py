@@ -77,14 +77,32 @@ async def queues_stream(call: Call) -> Response:
 
 @route("page")
 async def jobs(call: Call) -> Response:
+    """The search form; its fields are the URL's query, so a search can be shared and bookmarked."""
     wanted = call.get("id").strip()
     if wanted:
         try:
             ops.job_id(wanted, "id")
         except ops.BadInput as exc:
-            return _page(call, "jobs.html", error=str(exc), query=call.inputs)
+            return _page(call, "jobs.html", error=str(exc), query=call.inputs, page=None, **_choices())
         return RedirectResponse(f"/jobs/{wanted}", 303)
-    return _page(call, "jobs.html", error="", query=call.inputs)
+    dash = _dash(call.request)
+
+    async def load() -> dict[str, Any]:
+        limit = ops.bounded_int(call.get("limit"), "limit", ops.JOBS_PAGE, 1, ops.MAX_JOBS_PAGE)
+        order = call.get("order", "newest")
+        if order not in ("newest", "oldest"):
+            raise ops.BadInput("order: newest or oldest")
+        return await dash.ops.search(
+            call.session, call.inputs, limit=limit, cursor=call.get("cursor"), oldest_first=order == "oldest"
+        )
+
+    page, error = await attempt(load())
+    query = {k: v for k, v in call.inputs.items() if k != "cursor"}
+    return _page(call, "jobs.html", error=error, query=query, page=page, **_choices())
+
+
+def _choices() -> dict[str, Any]:
+    return {"statuses": ops.STATUSES, "priorities": ops.PRIORITIES, "reasons": ops.DEAD_REASONS}
 
 
 @route("page")

@@ -180,6 +180,53 @@ def test_actions_need_the_csrf_token_change_things_and_are_logged(stack):
         assert client.dead_letters(job_type="final.bad") == []
 
 
+def test_the_job_search_filters_pages_and_acts_by_filter(stack):
+    dispatcher, client, ids = stack
+    with dashboard_client(dispatcher.target) as web:
+        token = csrf_of(web.get("/jobs").text)
+        found = web.get("/api/jobs", params={"payload": "customer_id = 42"}).json()
+        assert [j["id"] for j in found["jobs"]] == [ids["done"]] and found["total"] == 1
+        page = web.get("/jobs", params={"payload": "customer_id = 42", "type": "noop.*"})
+        assert page.status_code == 200 and ids["done"] in page.text and ids["dead"] not in page.text
+        assert 'value="customer_id = 42"' in page.text  # the filters stay in the form (and the URL)
+        client.enqueue_many([{"type": "noop.ok", "payload": {"batch": 1, "i": i}} for i in range(5)])
+        seen, cursor = [], ""
+        while True:
+            got = web.get("/api/jobs", params={"payload": "batch = 1", "limit": 2, "cursor": cursor}).json()
+            seen += [j["id"] for j in got["jobs"]]
+            cursor = got["next_cursor"]
+            if not cursor:
+                break
+        assert len(seen) == 5 == len(set(seen)) and seen == sorted(seen, reverse=True)
+        for params, message in [
+            ({"status": "sleeping"}, "status: 'sleeping' is not one of"),
+            ({"payload": "no equals sign"}, "payload: expected path = value"),
+            ({"created_after": "yesterday"}, "created_after: an ISO 8601 date-time"),
+            ({"order": "random"}, "order: newest or oldest"),
+            ({"cursor": "forged"}, "cursor"),
+        ]:
+            refused = web.get("/api/jobs", params=params)
+            assert refused.status_code == 400 and message in refused.json()["error"], refused.text
+            assert message in web.get("/jobs", params=params).text  # shown in place on the page
+
+
+def test_bulk_actions_take_the_search_filter_and_count_first(stack):
+    dispatcher, client, ids = stack
+    with dashboard_client(dispatcher.target) as web:
+        token = csrf_of(web.get("/jobs").text)
+        dry = web.post(
+            "/api/jobs/bulk", data={"csrf": token, "action": "requeue", "status": "dead", "dry_run": "true"}
+        )
+        assert dry.json() == {"action": "requeue", "dry_run": True, "matched": 1, "touched": 0, "more": False}
+        done = web.post(
+            "/api/jobs/bulk", data={"csrf": token, "action": "requeue", "type": "final.*", "status": "dead"}
+        )
+        assert done.json()["touched"] == 1
+        wait_until(lambda: client.get_job(ids["dead"]).attempts == 2, 20)
+        bad = web.post("/api/jobs/bulk", data={"csrf": token, "action": "explode"})
+        assert bad.status_code == 400 and "action: one of" in bad.json()["error"]
+
+
 def test_bad_input_gets_a_4xx_with_a_message_and_changes_nothing(stack):
     dispatcher, client, ids = stack
     with dashboard_client(dispatcher.target) as web:
