@@ -15,9 +15,10 @@ _CSRF = re.compile(r'"X-CSRF-Token": "([^"]+)"|name="csrf" value="([^"]+)"')
 
 
 @contextmanager
-def dashboard_client(target: str, **settings: object) -> Iterator[TestClient]:
+def dashboard_client(target: str, scheme: str = "http", **settings: object) -> Iterator[TestClient]:
+    """``scheme="https"``: the requests look as if they came over TLS (the Secure cookies go back)."""
     app = build_app(DashboardSettings(target=target, **settings))  # type: ignore[arg-type]
-    with TestClient(app, base_url="http://127.0.0.1", follow_redirects=False) as client:
+    with TestClient(app, base_url=f"{scheme}://127.0.0.1", follow_redirects=False) as client:
         yield client
 
 

@@ -55,7 +55,11 @@
       if (problem) { problem.hidden = true; }
     });
     source.addEventListener("problem", function (event) {
-      if (problem) { problem.textContent = JSON.parse(event.data).error; problem.hidden = false; }
+      if (problem) {
+        problem.textContent = JSON.parse(event.data).error;
+        problem.className = "flash error";
+        problem.hidden = false;
+      }
     });
   }
 
