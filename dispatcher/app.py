@@ -34,6 +34,7 @@ from .queue.shard_loops import ShardLoops
 from .queue.sql_enqueues import SqlEnqueues
 from .queue.status_writer import StatusWriter
 from .queue.transition_sink import TransitionSink
+from .queue.watches import Watches
 from .queue.working_set import WorkingSet
 from .schedules import file as schedules_file
 from .schedules.scheduler import Scheduler
@@ -61,7 +62,14 @@ class Dispatcher:
         self.advertise = advertise
         self.dispatcher_id = settings.member_id(advertise)
         self.working_set = WorkingSet(redis)
-        self.writer = StatusWriter(store, self.working_set, settings.flush_interval_ms)
+        self.watches = Watches(settings.max_watches)
+        self.writer = StatusWriter(
+            store,
+            self.working_set,
+            settings.flush_interval_ms,
+            attempt_history=settings.attempt_history,
+            watches=self.watches,
+        )
         self.ownership = Ownership(
             self.dispatcher_id,
             store,

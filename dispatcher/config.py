@@ -14,6 +14,8 @@ from shardq_common.errors import ConfigError
 
 # A lease held back longer than this would eat into short lease TTLs (100 ms at least).
 MAX_LEASE_AHEAD_MS = 50
+#: The most of a traceback an attempt keeps (the worker sends at most this much of an error).
+MAX_TRACEBACK_CHARS = 16_000
 # Bounds of a retention period (dispatcher/queue/flow.py holds the same for per-type settings).
 MIN_RETENTION_S = 60
 MAX_RETENTION_S = 10 * 366 * 86_400
@@ -191,6 +193,18 @@ class Settings:
     max_payload_bytes: int = 1 << 20
     #: SHARDQ_MAX_RESULT_BYTES: largest stored ack result (64 KiB).
     max_result_bytes: int = 64 << 10
+    #: SHARDQ_ATTEMPT_HISTORY: keep each run of a job (worker, start, end, outcome, error, traceback)
+    #: in the job_attempts table, written with the status updates' batches. Off: GetJob lists none.
+    attempt_history: bool = True
+    #: SHARDQ_MAX_TRACEBACK_CHARS: the most of a failed attempt's traceback kept (its end: the frames
+    #: nearest the error and the error itself). 0: none kept, only the error line.
+    max_traceback_chars: int = 8_000
+    #: SHARDQ_MAX_PROGRESS_BYTES: largest progress report (JSON: a fraction 0..1 or a small object).
+    max_progress_bytes: int = 4_096
+    #: SHARDQ_MAX_WATCHES: most WatchJob streams (and client waits) open at once in this process;
+    #: one more is refused with RESOURCE_EXHAUSTED. Each costs a memory slot and a read of the job
+    #: every WATCH_RECHECK_S while its owner is another process.
+    max_watches: int = 1_000
     #: SHARDQ_MAX_BATCH: most jobs in one EnqueueMany.
     max_batch: int = 10_000
     #: SHARDQ_MAX_REQUEST_BYTES: largest message any RPC accepts (64 MiB), a whole EnqueueMany or
@@ -280,6 +294,12 @@ class Settings:
                 f"max_request_bytes must be at least max_payload_bytes + {REQUEST_OVERHEAD_BYTES} "
                 "(a request with one job of the largest payload)"
             )
+        if not 0 <= self.max_traceback_chars <= MAX_TRACEBACK_CHARS:
+            raise ConfigError(f"max_traceback_chars must be in 0..{MAX_TRACEBACK_CHARS}")
+        if not 16 <= self.max_progress_bytes <= 64 << 10:
+            raise ConfigError("max_progress_bytes must be in 16..65536")
+        if not 1 <= self.max_watches <= 100_000:
+            raise ConfigError("max_watches must be in 1..100000")
         if self.ownership_ttl_ms < 1000:
             raise ConfigError("ownership TTL must be at least 1000 ms")
         if not 1 <= self.processes <= 256:

@@ -38,6 +38,12 @@ class Unavailable(DispatcherError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class ResourceExhausted(DispatcherError):
+    """A per-process bound is reached (open watches); try again later."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 class NotOwner(DispatcherError):
     """This process does not own the shard (its fencing epoch is stale or Redis lost the shard)."""
 

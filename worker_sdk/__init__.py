@@ -7,6 +7,7 @@ from ._client import AsyncClient, Client
 from ._context import JobContext
 from ._convert import (
     DEAD_REASONS,
+    AttemptInfo,
     DispatcherInfo,
     Identity,
     JobInfo,
@@ -38,21 +39,26 @@ from ._transactional import (
     enqueue_many_in_transaction,
     enqueue_many_in_transaction_async,
 )
+from ._waiting import JobCancelledError, JobDeadError, JobNotSucceededError
 from ._worker import Handler, Worker, serve
 
 __all__ = [
     "BULK_ACTIONS",
     "DEAD_REASONS",
     "AsyncClient",
+    "AttemptInfo",
     "BulkResult",
     "Client",
     "DispatcherInfo",
     "Handler",
     "Identity",
     "InvalidArgumentError",
+    "JobCancelledError",
     "JobContext",
+    "JobDeadError",
     "JobFilter",
     "JobInfo",
+    "JobNotSucceededError",
     "JobPage",
     "NotFoundError",
     "QueueInfo",
@@ -73,8 +79,8 @@ __all__ = [
     "TypeCounters",
     "UnavailableError",
     "VersionInfo",
-    "WorkerInfo",
     "Worker",
+    "WorkerInfo",
     "enqueue_in_transaction",
     "enqueue_in_transaction_async",
     "enqueue_many_in_transaction",

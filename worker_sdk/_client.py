@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -18,6 +19,7 @@ from shardq_common.tls import ChannelSecurity
 
 from . import _calls as calls
 from . import _tracing
+from . import _waiting as waiting
 from ._calls import Call
 from ._convert import (
     Identity,
@@ -246,6 +248,51 @@ class Client(_ClientOptions):
     def get_job(self, job_id: str) -> JobInfo:
         """The job as the dispatcher's database has it (NotFoundError when there is none)."""
         return self._send(calls.get_job(job_id))
+
+    def watch(self, job_id: str, *, timeout: float | None = None) -> Iterator[JobInfo]:
+        """The job now, then each change (status, attempts, ``progress``) as the dispatcher sees it,
+        until it finishes (the last one yielded is finished). Streamed (WatchJob), not polled; a lost
+        stream (a dispatcher restart) is opened again and resumes from the job's state in the DB.
+        Raises TimeoutError after ``timeout`` seconds (None: no limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = waiting.FIRST_RETRY_S
+        request = pb.WatchJobRequest(job_id=job_id)
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise waiting.timed_out(job_id, timeout)
+            stream = self._stubs[calls.JOBS].WatchJob(request, timeout=remaining, metadata=self._metadata)
+            try:
+                for event in stream:
+                    delay = waiting.FIRST_RETRY_S
+                    yield JobInfo.from_pb(event.job)
+                    if event.final:
+                        return
+            except grpc.RpcError as exc:
+                if exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise waiting.timed_out(job_id, timeout) from None
+                if exc.code() not in waiting.RESUMABLE:
+                    raise from_rpc_error(exc) from None
+            finally:
+                stream.cancel()
+            time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
+            delay = waiting.next_retry(delay)
+
+    def wait(
+        self, job_id: str, *, timeout: float | None = None, on_progress: Callable[[Any], None] | None = None
+    ) -> Any:
+        """Wait for the job to finish and return its result (the handler's return value, decoded from
+        JSON; bytes that are not JSON as they are; None without one). Raises JobDeadError or
+        JobCancelledError when it did not succeed, TimeoutError after ``timeout`` seconds (None: no
+        limit; the job goes on). ``on_progress`` is called with each new ``ctx.progress`` report."""
+        job: JobInfo | None = None
+        reported: Any = None
+        for job in self.watch(job_id, timeout=timeout):
+            if on_progress is not None and job.progress is not None and job.progress != reported:
+                reported = job.progress
+                on_progress(job.progress)
+        assert job is not None  # watch yields at least the final state
+        return waiting.outcome(job)
 
     def cancel(self, job_id: str) -> str:
         """Returns "cancelled" (it will never run), "leased" (running now; it will not be retried) or the
@@ -537,6 +584,46 @@ class AsyncClient(_ClientOptions):
 
     async def get_job(self, job_id: str) -> JobInfo:
         return await self._send(calls.get_job(job_id))
+
+    async def watch(self, job_id: str, *, timeout: float | None = None) -> AsyncIterator[JobInfo]:
+        """As :meth:`Client.watch`, iterated with ``async for``."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        delay = waiting.FIRST_RETRY_S
+        request = pb.WatchJobRequest(job_id=job_id)
+        while True:
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                raise waiting.timed_out(job_id, timeout)
+            stream = self._stubs[calls.JOBS].WatchJob(request, timeout=remaining, metadata=self._metadata)
+            try:
+                async for event in stream:
+                    delay = waiting.FIRST_RETRY_S
+                    yield JobInfo.from_pb(event.job)
+                    if event.final:
+                        return
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise waiting.timed_out(job_id, timeout) from None
+                if exc.code() not in waiting.RESUMABLE:
+                    raise from_rpc_error(exc) from None
+            finally:
+                stream.cancel()
+            await asyncio.sleep(delay if deadline is None else max(0.0, min(delay, deadline - loop.time())))
+            delay = waiting.next_retry(delay)
+
+    async def wait(
+        self, job_id: str, *, timeout: float | None = None, on_progress: Callable[[Any], None] | None = None
+    ) -> Any:
+        """As :meth:`Client.wait`."""
+        job: JobInfo | None = None
+        reported: Any = None
+        async for job in self.watch(job_id, timeout=timeout):
+            if on_progress is not None and job.progress is not None and job.progress != reported:
+                reported = job.progress
+                on_progress(job.progress)
+        assert job is not None  # watch yields at least the final state
+        return waiting.outcome(job)
 
     async def cancel(self, job_id: str) -> str:
         return await self._send(calls.cancel(job_id))

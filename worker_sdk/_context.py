@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 _EVENT_MADE = threading.Lock()  # one event per context when several threads wait at once
+#: The largest progress report, as JSON (the dispatcher's SHARDQ_MAX_PROGRESS_BYTES default).
+MAX_PROGRESS_BYTES = 4096
 
 
 @dataclass(slots=True)
@@ -57,6 +60,8 @@ class JobContext:
     # is made only when one waits: most jobs never need it, and it costs a lock and a condition.
     _cancelled: bool = field(default=False, repr=False, compare=False)
     _cancel_event: threading.Event | None = field(default=None, repr=False, compare=False)
+    # Set by the worker: takes a progress report (JSON) from any thread.
+    _report: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -95,6 +100,30 @@ class JobContext:
         if self._cancelled:
             return True
         return self._cancel_event.wait(timeout)
+
+    def progress(self, value: float | Mapping[str, Any]) -> None:
+        """Report how far the job is: a fraction from 0 to 1, or a small JSON-able dict (at most
+        4 KiB as JSON), e.g. ``{"done": 420, "total": 1000}``. Cheap to call often, from a sync or
+        an async handler: the worker sends the latest report a few times a second at most, and
+        before the job's result, so a client watching the job (``Client.wait``,
+        ``dispatcherctl job watch``) sees the last one. Raises ValueError for anything else."""
+        if isinstance(value, bool) or not isinstance(value, int | float | Mapping):
+            raise ValueError("progress must be a number from 0 to 1 or a dict")
+        if isinstance(value, Mapping):
+            try:
+                text = json.dumps(dict(value), separators=(",", ":"), allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"progress is not JSON-able: {exc}") from None
+            size = len(text.encode())
+            if size > MAX_PROGRESS_BYTES:
+                raise ValueError(f"progress is {size} bytes as JSON; the limit is {MAX_PROGRESS_BYTES}")
+        else:
+            if not (math.isfinite(value) and 0 <= value <= 1):
+                raise ValueError(f"progress {value!r} is not a fraction from 0 to 1")
+            text = json.dumps(value)
+        report = self._report
+        if report is not None:
+            report(text)
 
     def _cancel(self) -> None:
         self._cancelled = True

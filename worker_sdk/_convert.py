@@ -96,6 +96,50 @@ def job_spec(
     return spec
 
 
+OUTCOME_NAMES = {
+    pb.ATTEMPT_OUTCOME_UNSPECIFIED: "running",
+    pb.ATTEMPT_OUTCOME_SUCCEEDED: "succeeded",
+    pb.ATTEMPT_OUTCOME_FAILED: "failed",
+    pb.ATTEMPT_OUTCOME_LEASE_EXPIRED: "lease_expired",
+    pb.ATTEMPT_OUTCOME_CANCELLED: "cancelled",
+    pb.ATTEMPT_OUTCOME_RATE_LIMITED: "rate_limited",
+}
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    """One run of a job: a lease its worker received."""
+
+    #: 1.. in the order of the job's runs (rate-limited runs are numbered too).
+    attempt: int
+    worker_id: str
+    started_at_ms: int
+    #: 0 while it runs.
+    finished_at_ms: int
+    #: running, succeeded, failed, lease_expired, cancelled or rate_limited.
+    outcome: str
+    error: str
+    #: The end of the traceback of a failed run ("" when none).
+    traceback: str
+
+    @classmethod
+    def from_pb(cls, a: pb.Attempt) -> AttemptInfo:
+        return cls(
+            a.attempt,
+            a.worker_id,
+            a.started_at_ms,
+            a.finished_at_ms,
+            OUTCOME_NAMES.get(a.outcome, "unknown"),
+            a.error,
+            a.traceback,
+        )
+
+
+def decode_progress(text: str) -> Any:
+    """A progress report as the handler gave it (a number or a dict); None when there is none."""
+    return json.loads(text) if text else None
+
+
 @dataclass(frozen=True)
 class JobInfo:
     id: str
@@ -127,6 +171,10 @@ class JobInfo:
     #: From a search: payload or result cut to its max_payload_bytes, last_error to its end
     #: (get_job returns them whole).
     truncated: bool = False
+    #: Its runs, oldest first (the latest 100): worker, times, outcome, error and traceback of each.
+    attempt_history: tuple[AttemptInfo, ...] = ()
+    #: The handler's latest ``ctx.progress(...)`` report (a number or a dict); None: none yet.
+    progress: Any = None
 
     @classmethod
     def from_pb(cls, j: pb.Job) -> JobInfo:
@@ -155,6 +203,8 @@ class JobInfo:
             headers=dict(j.headers),
             schedule=j.schedule,
             truncated=j.truncated,
+            attempt_history=tuple(AttemptInfo.from_pb(a) for a in j.attempt_history),
+            progress=decode_progress(j.progress),
         )
 
 

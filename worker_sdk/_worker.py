@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import inspect
 import json
 import os
@@ -36,6 +37,8 @@ from ._errors import RateLimited, Retry, ShardqError, SkipRetry
 Handler = Callable[[JobContext], Any] | Callable[[JobContext], Awaitable[Any]]
 log = structlog.get_logger("shardq.worker")
 MAX_RESULT_BYTES = 64 << 10
+#: How often the handlers' latest progress reports are sent (each job's latest, in one message).
+PROGRESS_INTERVAL_S = 0.25
 MAX_ERROR_CHARS = 16_000
 # Results and heartbeats go in messages of at most this many leases and (roughly) bytes, well within
 # a dispatcher's limits (SHARDQ_MAX_LEASE_REFS, 10,000; SHARDQ_MAX_REQUEST_BYTES, 64 MiB): one over
@@ -70,6 +73,9 @@ class _Running:
     # Its task has begun. A task cancelled before its first step never runs its body (no result
     # sent, never dropped from _running), so a stop that comes earlier only sets the flags above.
     started: bool = False
+    progress: str = ""  # the handler's latest report (JSON), set from any thread
+    progress_due: bool = False  # a report waits for the next progress flush
+    done: bool = False  # its outcome is settled: a late report is dropped
 
 
 @dataclass
@@ -82,6 +88,7 @@ class _Link:
     protocol: int = 1  # the worker protocol of the dispatcher on the current stream (its Welcome)
     acks: list[pb.Ack] = field(default_factory=list)  # results to write on this link
     nacks: list[pb.Nack] = field(default_factory=list)
+    progress: dict[str, pb.JobProgress] = field(default_factory=dict)  # job id -> its latest report
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     connected: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
@@ -217,6 +224,8 @@ class Worker:
         #: or at shutdown) that has not returned. Each is a slot the worker takes no lease for.
         self.stuck_threads = 0
         self._capped = False  # a link was granted less credit than its share for want of free threads
+        self._progress_waiting: list[_Running] = []  # jobs with a report for the next progress flush
+        self._progress_flush: asyncio.TimerHandle | None = None
         self.log = log.bind(worker=self.worker_id)
 
     # Set on the worker serve() returns inside an event loop: like a coroutine, it does nothing
@@ -561,9 +570,14 @@ class Worker:
                 return  # what is left goes out on the next stream
             if not link.connected.is_set():
                 continue
-            acks, nacks = link.acks, link.nacks
-            link.acks, link.nacks = [], []
-            results = [pb.WorkerMessage(acks=pb.Acks(acks=part)) for part in _parts(acks)]
+            acks, nacks, progress = link.acks, link.nacks, link.progress
+            link.acks, link.nacks, link.progress = [], [], {}
+            # Progress first: a job's last report reaches the dispatcher before its result.
+            results = [
+                pb.WorkerMessage(progress=pb.ProgressReports(reports=part))
+                for part in _parts(list(progress.values()))
+            ]
+            results += [pb.WorkerMessage(acks=pb.Acks(acks=part)) for part in _parts(acks)]
             results += [pb.WorkerMessage(nacks=pb.Nacks(nacks=part)) for part in _parts(nacks)]
             try:
                 if self._draining:
@@ -586,6 +600,7 @@ class Worker:
                 # Not written: keep them for the next stream (they are reclaimed in its hello).
                 link.acks[:0] = acks
                 link.nacks[:0] = nacks
+                link.progress = {**progress, **link.progress}
                 raise
 
     def _credit_to_grant(self, link: _Link) -> int:
@@ -660,9 +675,42 @@ class Worker:
             lease.headers,
         )
         running = _Running(ref=lease.ref, ctx=ctx, ttl_ms=lease.lease_ttl_ms, link=link)
+        ctx._report = functools.partial(self._report_progress, asyncio.get_running_loop(), running)
         self._running[ctx.job_id] = running
         self._running_on[link] += 1
         running.task = asyncio.create_task(self._execute(running))
+
+    def _report_progress(self, loop: asyncio.AbstractEventLoop, running: _Running, text: str) -> None:
+        """A handler's report, from its thread or the loop: only the latest is sent, with the others'
+        at the next progress flush (PROGRESS_INTERVAL_S)."""
+        running.progress = text
+        if not running.progress_due:
+            running.progress_due = True
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the worker has stopped
+                loop.call_soon_threadsafe(self._progress_reported, running)
+
+    def _progress_reported(self, running: _Running) -> None:
+        self._progress_waiting.append(running)
+        if self._progress_flush is None:
+            loop = asyncio.get_running_loop()
+            self._progress_flush = loop.call_later(PROGRESS_INTERVAL_S, self._flush_progress)
+
+    def _flush_progress(self) -> None:
+        self._progress_flush = None
+        waiting, self._progress_waiting = self._progress_waiting, []
+        for running in waiting:
+            self._queue_progress(running)
+
+    def _queue_progress(self, running: _Running) -> None:
+        """The job's latest report into its link's next message (none for a lost or settled lease)."""
+        if not running.progress_due:
+            return
+        running.progress_due = False
+        if running.lost or running.done:
+            return
+        link = self._link_for(running.ref.shard, running.link)
+        link.progress[running.ctx.job_id] = pb.JobProgress(lease=running.ref, progress=running.progress)
+        link.wake.set()
 
     def _cancel(self, ref: pb.LeaseRef) -> None:
         running = self._running.get(ref.job_id)
@@ -761,6 +809,8 @@ class Worker:
         """Queue the outcome for the dispatcher (none for a lost lease) and free the slot."""
         ctx = running.ctx
         origin = self._links.get(running.link)
+        self._queue_progress(running)  # its last report goes ahead of its result
+        running.done = True
         if running.lost:
             if origin is not None:
                 origin.wake.set()  # its slot is free: credit can be refilled

@@ -65,6 +65,7 @@ METHOD_ROLES: dict[str, frozenset[Role]] = {
     _JOBS + "Enqueue": frozenset({PRODUCER}),
     _JOBS + "EnqueueMany": frozenset({PRODUCER}),
     _JOBS + "GetJob": frozenset({PRODUCER, VIEWER}),
+    _JOBS + "WatchJob": frozenset({PRODUCER, VIEWER}),
     _JOBS + "CancelJob": frozenset({PRODUCER}),
     _JOBS + "Stats": frozenset({PRODUCER, VIEWER}),
     _JOBS + "GetVersion": frozenset({PRODUCER, WORKER, VIEWER, PEER}),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -33,8 +33,9 @@ from ..queue.records import JobRecord
 from ..queue.shard_loops import ShardLoops
 from ..queue.states import JobState
 from ..queue.status_writer import StatusWriter
+from ..queue.watches import WATCH_RECHECK_S, Watches
 from ..queue.working_set import NewJob, WorkingSet
-from ..store import DeadFilter, JobQuery, JobRow, Store
+from ..store import AttemptRow, DeadFilter, JobQuery, JobRow, Store
 from . import auth
 
 log = structlog.get_logger("shardq.job_service")
@@ -52,6 +53,7 @@ MAX_LIST = 10_000
 DEFAULT_PRUNE_ROWS = 100_000
 MAX_PRUNE_ROWS = 1_000_000
 STATS_SETTLE_S = 2.0
+_FINAL = frozenset({pb.JOB_STATUS_SUCCEEDED, pb.JOB_STATUS_DEAD, pb.JOB_STATUS_CANCELLED})
 # Terminal states whose details (result, error) only the DB row holds.
 _OUTCOMES = (JobState.SUCCEEDED, JobState.DEAD)
 
@@ -93,8 +95,10 @@ class JobService(pb_grpc.JobServiceServicer):
         canceller: Canceller,
         ownership: Ownership,
         loops: ShardLoops,
+        watches: Watches,
         member_id: str = "",
     ) -> None:
+        self.watches = watches  # the WatchJob streams open in this process
         self.member_id = member_id  # named in Stats, whose counters are this process's
         self.settings = settings
         self.store = store
@@ -129,7 +133,48 @@ class JobService(pb_grpc.JobServiceServicer):
     @rpc
     async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:
         job_id = validation.job_id(request.job_id)
-        row = await self._committed_row(job_id)
+        message = await self._job_now(job_id)
+        message.attempt_history.extend(attempt_message(a) for a in await self.store.get_attempts(job_id))
+        return message
+
+    async def WatchJob(
+        self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.JobEvent]:
+        """The job now, then at each change (status, counters, progress) until it finishes. Read as
+        GetJob reads it, when this process records news of it (a transition or a progress report
+        here: it owns the job's shard) and every WATCH_RECHECK_S otherwise (another process owns
+        it): so the final event carries the committed outcome, wherever the job ran."""
+        try:
+            job_id = validation.job_id(request.job_id, "job_id")
+            with self.watches.open(job_id) as watch:
+                shown: tuple[Any, ...] | None = None
+                while True:
+                    # Without a flush first: a watched job's lease must not force out every deferred
+                    # status write of the process. Its end is flushed (the outcome is in the row).
+                    job = await self._job_now(job_id, flush_first=False)
+                    final = job.status in _FINAL
+                    if watch.progress is not None and not final:
+                        job.progress = watch.progress  # this process heard it; the DB has it within a second
+                    job.ClearField("payload")
+                    seen = (
+                        job.status, job.progress, job.attempts, job.failures, job.expirations,
+                        job.rate_limited, job.run_at_ms, job.started_at_ms,
+                    )  # fmt: skip
+                    if seen != shown or final:
+                        yield pb.JobEvent(job=job, final=final)
+                        shown = seen
+                    if final:
+                        return
+                    await watch.wait(WATCH_RECHECK_S)
+        except DispatcherError as exc:
+            await context.abort(exc.code, str(exc))
+        except REDIS_ERRORS as exc:
+            note_redis_error("rpc", exc, method="WatchJob")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {exc}")
+
+    async def _job_now(self, job_id: str, *, flush_first: bool = True) -> pb.Job:
+        """The job as GetJob reports it, without its attempts: its row, with Redis's live state."""
+        row = await (self._committed_row(job_id) if flush_first else self.store.get_job(job_id))
         if row is None:
             raise NotFound(f"no job {job_id}")
         auth.check_types([row.type], "job_id")  # a producer reads the jobs of the types it may enqueue
@@ -433,4 +478,26 @@ def job_message(row: JobRow) -> pb.Job:
         concurrency_key=row.concurrency_key or "",
         rate_limited=row.rate_limited,
         headers=json.loads(row.headers) if row.headers else None,
+        progress=row.progress or "",
+    )
+
+
+_OUTCOMES_PB = {
+    "succeeded": pb.ATTEMPT_OUTCOME_SUCCEEDED,
+    "failed": pb.ATTEMPT_OUTCOME_FAILED,
+    "lease_expired": pb.ATTEMPT_OUTCOME_LEASE_EXPIRED,
+    "cancelled": pb.ATTEMPT_OUTCOME_CANCELLED,
+    "rate_limited": pb.ATTEMPT_OUTCOME_RATE_LIMITED,
+}
+
+
+def attempt_message(a: AttemptRow) -> pb.Attempt:
+    return pb.Attempt(
+        attempt=a.attempt,
+        worker_id=a.worker or "",
+        started_at_ms=a.started_at or 0,
+        finished_at_ms=a.finished_at or 0,
+        outcome=_OUTCOMES_PB.get(a.outcome or "", pb.ATTEMPT_OUTCOME_UNSPECIFIED),
+        error=a.error or "",
+        traceback=a.traceback or "",
     )

@@ -19,7 +19,7 @@ from .. import PROTOCOL_VERSION
 from ..ops import metrics
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
-from ..queue import validation
+from ..queue import attempts, validation
 from ..queue.lease_returns import LeaseReturns
 from ..queue.sessions import RESULTS_GRACE_S, SessionContext, WorkerSession
 from ..queue.states import ExtendCode
@@ -170,6 +170,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 elif kind == "nacks":
                     validation.at_most(len(message.nacks.nacks), most, "nacks", "nacks")
                     await self._nack(session, message.nacks)
+                elif kind == "progress":
+                    validation.at_most(len(message.progress.reports), most, "progress.reports", "reports")
+                    self._progress(session, message.progress)
                 elif kind == "drain":
                     session.draining = True
                     session.log.info("worker draining")
@@ -253,26 +256,47 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         for i, ack in enumerate(acks.acks):
             job_id, token, shard = validation.lease_ref(ack.lease, f"acks[{i}].lease", shards)
             result = ack.result or None
+            note = None
             if result is not None and len(result) > limit:
                 session.log.warning("ack result over the limit dropped", job=job_id, size=len(result))
+                note = f"result not stored: {len(result)} bytes, over SHARDQ_MAX_RESULT_BYTES ({limit})"
                 result = None
-            items.append((job_id, token, shard, result))
+            items.append((job_id, token, shard, result, note))
         now = wall_ms()
         acked = []
         for shard, group in _by_shard(items).items():
             results = await self.working_set.ack(
-                shard, now, [(i, t) for i, t, *_ in group], [r for *_, r in group]
+                shard, now, [(i, t) for i, t, *_ in group], [r for *_, r, _ in group]
             )
-            for (job_id, token, _, result), t in zip(group, results, strict=True):
+            for (job_id, token, _, result, note), t in zip(group, results, strict=True):
                 session.forget(job_id)
                 if t is None:
                     session.log.info("stale ack rejected", job=job_id, token=token)
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
-                self.writer.record(shard, transition_update(t, now, result=result))
+                self.writer.record(
+                    shard,
+                    transition_update(t, now, result=result, error=note),
+                    attempt=attempts.succeeded(t, now),
+                )
                 acked.append(t)
                 session.log.debug("job acked", job=job_id, type=t.job_type, shard=shard, attempt=t.attempts)
         self.transitions.finished(acked, "ack")
+
+    def _progress(self, session: WorkerSession, reports: pb.ProgressReports) -> None:
+        """Handlers' progress: each job's latest goes to its watchers now and to the DB within the
+        status writer's progress delay. A report for a lease no stream of this process holds (it
+        ended, or its shard moved) is dropped: its job's next report goes where the lease is."""
+        shards, limit = self.settings.shard_count, self.settings.max_progress_bytes
+        for i, report in enumerate(reports.reports):
+            field = f"progress.reports[{i}]"
+            job_id, token, _ = validation.lease_ref(report.lease, f"{field}.lease", shards)
+            progress = validation.progress_report(report.progress, limit, f"{field}.progress")
+            holder = session if job_id in session.held else self.registry.holders.get(job_id)
+            if holder is None or holder.held.get(job_id, ("",))[0] != token:
+                continue
+            metrics.PROGRESS_REPORTS.inc()
+            self.writer.record_progress(job_id, progress)
 
     async def _nack(self, session: WorkerSession, nacks: pb.Nacks) -> None:
         shards = self.settings.shard_count
@@ -309,7 +333,17 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 if t is None:
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
-                self.writer.record(shard, transition_update(t, now, error=error or "error"))
+                self.writer.record(
+                    shard,
+                    transition_update(t, now, error=error or "error"),
+                    attempt=attempts.nacked(
+                        t,
+                        now,
+                        error or "error",
+                        rate_limited=spec.rate_limited,
+                        max_traceback=self.settings.max_traceback_chars,
+                    ),
+                )
                 self.transitions.after(t)
                 self.transitions.finished([t], "nack")
                 if spec.rate_limited:

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from worker_sdk import DEAD_REASONS, Client, JobInfo, ShardqError
+from worker_sdk import DEAD_REASONS, AttemptInfo, Client, JobInfo, ShardqError
 
 from . import ctl_queues, ctl_retention, ctl_schedules, ctl_search
 from .extra import missing_extra_message
@@ -84,7 +84,31 @@ def _job_rows(job: JobInfo) -> list[tuple[str, Any]]:
         ("shard", job.shard),
         ("payload", job.payload.decode(errors="replace") or "-"),
         ("last_error", (job.last_error or "-").strip().splitlines()[-1] if job.last_error else "-"),
+        ("progress", "-" if job.progress is None else json.dumps(job.progress)),
+        ("result", job.result.decode(errors="replace") or "-"),
     ]
+
+
+def _duration(a: AttemptInfo) -> str:
+    if not (a.finished_at_ms and a.started_at_ms):
+        return "-"
+    return f"{(a.finished_at_ms - a.started_at_ms) / 1000:.3f}s"
+
+
+def _timeline(job: JobInfo) -> str:
+    """The job's runs, oldest first, then the traceback of each failed one."""
+    if not job.attempt_history:
+        return "attempts: none recorded"
+    rows = [
+        (a.attempt, a.worker_id or "-", _time(a.started_at_ms), _time(a.finished_at_ms), _duration(a),
+         a.outcome, a.error or "-")
+        for a in job.attempt_history
+    ]  # fmt: skip
+    text = "attempts:\n" + table(["#", "worker", "started", "finished", "took", "outcome", "error"], rows)
+    for a in job.attempt_history:
+        if a.traceback:
+            text += f"\n\nattempt {a.attempt} traceback:\n" + a.traceback.rstrip()
+    return text
 
 
 def _job_json(job: JobInfo) -> dict[str, Any]:
@@ -96,7 +120,38 @@ def _job_json(job: JobInfo) -> dict[str, Any]:
 
 def cmd_job_show(client: Client, args: argparse.Namespace) -> Any:
     job = client.get_job(args.id)
-    return _job_json(job), table(["field", "value"], _job_rows(job))
+    return _job_json(job), table(["field", "value"], _job_rows(job)) + "\n\n" + _timeline(job)
+
+
+def _event_line(job: JobInfo) -> str:
+    progress = "-" if job.progress is None else json.dumps(job.progress)
+    return (
+        f"{datetime.now(tz=UTC).isoformat(timespec='milliseconds')}  {job.status:<9}  "
+        f"attempt {job.attempts}/{job.max_attempts}  progress {progress}"
+    )
+
+
+def cmd_job_watch(client: Client, args: argparse.Namespace) -> Any:
+    """Print the job's changes live (one line each, or a JSON object per line with --json) until it
+    finishes, then its outcome."""
+    if args.wait is not None and not args.wait > 0:
+        raise UsageError("--wait must be a number of seconds above 0")
+    job = None
+    try:
+        for job in client.watch(args.id, timeout=args.wait):
+            line = json.dumps(_job_json(job)) if args.json else _event_line(job)
+            print(line, flush=True)
+    except TimeoutError as exc:
+        raise ShardqError(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)) from None
+    assert job is not None
+    if job.status == "succeeded":
+        text = f"{job.id} succeeded; result: {job.result.decode(errors='replace') or '-'}"
+    elif job.status == "dead":
+        last = job.last_error.strip().splitlines()[-1] if job.last_error else "-"
+        text = f"{job.id} is dead ({job.dead_reason}): {last}"
+    else:
+        text = f"{job.id} was cancelled"
+    return {"job_id": job.id, "status": job.status}, text
 
 
 def cmd_job_cancel(client: Client, args: argparse.Namespace) -> Any:
@@ -334,6 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = job.add_parser("show")
     p.add_argument("id")
     p.set_defaults(func=cmd_job_show)
+    p = job.add_parser("watch", help="follow a job live (status, progress) until it finishes")
+    p.add_argument("id")
+    p.add_argument("--wait", type=float, help="give up after this many seconds (default: no limit)")
+    p.set_defaults(func=cmd_job_watch)
     p = job.add_parser("cancel")
     p.add_argument("id")
     p.set_defaults(func=cmd_job_cancel)

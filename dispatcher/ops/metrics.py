@@ -49,6 +49,13 @@ RATE_LIMITED = Counter(
     "Jobs whose handler raised RateLimited: put back after its delay, no attempt charged.",
     ["type"],
 )
+PROGRESS_REPORTS = Counter(
+    "shardq_progress_reports_total", "Progress reports received from workers (each job's latest, coalesced)."
+)
+PROGRESS_WRITES = Counter("shardq_progress_writes_total", "Progress reports written to the DB (rows).")
+WATCHES = Gauge(
+    "shardq_watches", "WatchJob streams open in this process (at most SHARDQ_MAX_WATCHES).", **_gauge_mode
+)
 DEAD = Counter("shardq_jobs_dead_lettered_total", "Jobs moved to the dead-letter queue.", ["type", "reason"])
 LEASE_HELD_BACK = Counter(
     "shardq_lease_held_back_total",

@@ -23,6 +23,7 @@ from ..ops import metrics
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from ..ops.tracing import now_ns, spans
+from . import attempts
 from .fairness import FairPicker
 from .ownership import Ownership
 from .states import Priority
@@ -273,7 +274,12 @@ class WorkerSession:
         now = wall_ms()
         for g in grants:
             self.hold(g.id, g.token, g.shard)
-            self.writer.record(shard, lease_update(g, now), defer_ms=LEASE_WRITE_DELAY_MS)
+            self.writer.record(
+                shard,
+                lease_update(g, now),
+                defer_ms=LEASE_WRITE_DELAY_MS,
+                attempt=attempts.started(g, self.worker_id, now),
+            )
         self._send_leases(grants)
         if spans.enabled:
             spans.record(

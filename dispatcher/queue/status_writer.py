@@ -7,6 +7,11 @@ by then costs one row write instead of two. Finished records are dropped from Re
 only after their status is committed, so the reconciler never mistakes a finished
 job for a lost one: a lag can only cause a re-run after Redis data loss, never a
 lost job.
+
+The attempt history (attempts.py) rides on the same entries: a run's start and end are coalesced
+with the job's status update and committed in its batch. Progress reports are kept apart (a report
+changes no status): the latest per job, committed with the batches at most every
+PROGRESS_WRITE_DELAY_MS, and with the job's final status update at the latest.
 """
 
 from __future__ import annotations
@@ -23,17 +28,21 @@ from shardq_common.clock import steady_ms
 from shardq_common.errors import StoreUnavailable
 from shardq_common.wakeup import Wakeup, cancelling
 
+from ..ops import metrics
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
-from ..store import Store, StoreUpdate
+from ..store import AttemptUpdate, Store, StoreUpdate
 from . import failpoints
 from .states import JobState
+from .watches import Watches
 from .working_set import Grant, Transition, WorkingSet
 
 log = structlog.get_logger("shardq.status_writer")
 DISK_RECHECK_S = 0.2
 _TERMINAL = frozenset({"succeeded", "cancelled", "dead"})
 LEASE_WRITE_DELAY_MS = 1000
+#: Progress reports are written at most this often (all jobs' latest in one statement).
+PROGRESS_WRITE_DELAY_MS = 1000
 
 
 @dataclass
@@ -42,13 +51,42 @@ class _Entry:
     update: StoreUpdate
     seq: int  # the oldest record() folded into this entry
     not_before: int  # ms; 0 = as soon as possible
+    attempts: dict[int, AttemptUpdate] | None = None  # run number -> its start and/or end
+
+    def add_attempt(self, attempt: AttemptUpdate) -> None:
+        if self.attempts is None:
+            self.attempts = {attempt.attempt: attempt}
+            return
+        older = self.attempts.get(attempt.attempt)
+        self.attempts[attempt.attempt] = attempt if older is None else attempt.merged_over(older)
+
+    def merge_older(self, older: _Entry) -> None:
+        """Fold an older entry of the same job (a batch that failed to commit) under this one."""
+        self.update = self.update.merged_over(older.update)
+        self.seq = min(self.seq, older.seq)
+        if older.attempts:
+            newer, self.attempts = self.attempts or {}, dict(older.attempts)
+            for attempt in newer.values():
+                self.add_attempt(attempt)
 
 
 class StatusWriter:
-    def __init__(self, store: Store, working_set: WorkingSet, flush_interval_ms: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        working_set: WorkingSet,
+        flush_interval_ms: int,
+        *,
+        attempt_history: bool = True,
+        watches: Watches | None = None,
+    ) -> None:
+        self.watches = watches or Watches(0)  # told of every update and progress report recorded
         self.store = store
         self.working_set = working_set
         self.interval = flush_interval_ms / 1000
+        self.attempt_history = attempt_history  # off: attempts recorded are dropped
+        self._progress_pending: dict[str, str] = {}  # job id -> its latest progress (JSON)
+        self._progress_due = 0  # steady ms when the pending reports may be written (0: none pending)
         self._pending: dict[str, _Entry] = {}
         self._committing: dict[str, _Entry] = {}
         self._recorded = 0  # record() calls so far
@@ -63,18 +101,40 @@ class StatusWriter:
         self._next_deferred = 0  # the earliest deferred time the loop knows of (0: none)
         self.healthy = True
 
-    def record(self, shard: int, update: StoreUpdate, *, defer_ms: int = 0) -> None:
+    def record(
+        self, shard: int, update: StoreUpdate, *, defer_ms: int = 0, attempt: AttemptUpdate | None = None
+    ) -> None:
+        """Record a job's status update (and the start or end of one of its runs) for the DB."""
         self._recorded += 1
         not_before = steady_ms() + defer_ms if defer_ms else 0
         old = self._pending.get(update.id)
         if old is None:
-            self._pending[update.id] = _Entry(shard, update, self._recorded, not_before)
+            old = self._pending[update.id] = _Entry(shard, update, self._recorded, not_before)
         else:
             old.update = update.merged_over(old.update)
             old.not_before = min(old.not_before, not_before)
+        if attempt is not None and self.attempt_history:
+            old.add_attempt(attempt)
+        self.watches.changed((update.id,))
         if not defer_ms or not self._next_deferred or not_before < self._next_deferred:
             self._next_deferred = not_before
             self._wake.set()
+
+    def drop_attempt(self, job_id: str, run: int) -> None:
+        """A lease taken back before its worker received it was no run: forget its recorded start.
+        (Committed already, it is overwritten by the next lease, which has the same number.)"""
+        entry = self._pending.get(job_id)
+        if entry is not None and entry.attempts:
+            entry.attempts.pop(run, None)
+
+    def record_progress(self, job_id: str, progress: str) -> None:
+        """A job's latest progress report (JSON), written within PROGRESS_WRITE_DELAY_MS (or with its
+        final status, when it finishes first); one report replaces the one before it."""
+        self._progress_pending[job_id] = progress
+        self.watches.progress(job_id, progress)
+        if not self._progress_due:
+            self._progress_due = steady_ms() + PROGRESS_WRITE_DELAY_MS
+            asyncio.get_running_loop().call_later(PROGRESS_WRITE_DELAY_MS / 1000, self._wake.set)
 
     def is_pending(self, job_id: str) -> bool:
         """Whether the DB row of this job is behind Redis right now."""
@@ -101,6 +161,8 @@ class StatusWriter:
                 self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         self._force_upto = self._recorded
+        if self._progress_pending:
+            self._progress_due = 1  # due now
         error = ""
         for _ in range(10):
             try:
@@ -186,6 +248,8 @@ class StatusWriter:
             self._next_deferred = earliest
             if self._pending and earliest <= steady_ms():
                 return
+            if self._progress_due and self._progress_due <= steady_ms():
+                return
             timeout = (earliest - steady_ms()) / 1000 if self._pending else None
             await self._wake.wait(timeout)
             return
@@ -201,24 +265,51 @@ class StatusWriter:
             del self._pending[job_id]
         return due
 
+    def _take_progress(self, batch: dict[str, _Entry]) -> dict[str, str]:
+        """The progress reports to write with this batch: all once due, else those of jobs the batch
+        finishes (a report written after its job's final status would be refused)."""
+        if not self._progress_pending:
+            return {}
+        if self._progress_due and self._progress_due <= steady_ms():
+            taken, self._progress_pending, self._progress_due = self._progress_pending, {}, 0
+            return taken
+        return {
+            job_id: self._progress_pending.pop(job_id)
+            for job_id, entry in batch.items()
+            if job_id in self._progress_pending and entry.update.status in _TERMINAL
+        }
+
+    def _put_back_progress(self, taken: dict[str, str]) -> None:
+        for job_id, progress in taken.items():
+            self._progress_pending.setdefault(job_id, progress)
+        if self._progress_pending and not self._progress_due:
+            self._progress_due = steady_ms()
+
     async def _commit_once(self) -> None:
         batch = self._take_due()
-        if batch:
+        progress = self._take_progress(batch)
+        if batch or progress:
             self._committing = batch
             failpoints.hit("status.before-commit")
             try:
-                await self.store.apply_updates([e.update for e in batch.values()])
+                await self.store.apply_updates(
+                    [e.update for e in batch.values()],
+                    [a for e in batch.values() if e.attempts for a in e.attempts.values()],
+                    list(progress.items()),
+                )
             except BaseException:
                 self._committing = {}
+                self._put_back_progress(progress)
                 for job_id, entry in batch.items():  # keep them, older under newer
                     newer = self._pending.get(job_id)
                     if newer is not None:
-                        newer.update = newer.update.merged_over(entry.update)
-                        newer.seq = min(newer.seq, entry.seq)
+                        newer.merge_older(entry)
                     else:
                         self._pending[job_id] = entry
                 raise
             self._committing = {}
+            if progress:
+                metrics.PROGRESS_WRITES.inc(len(progress))
             finished: dict[int, set[str]] = defaultdict(set)
             for entry in batch.values():
                 if entry.update.status in _TERMINAL:
@@ -236,7 +327,7 @@ class StatusWriter:
         batch = self._take_due()
         for job_id, entry in batch.items():
             try:
-                await self.store.apply_updates([entry.update])
+                await self.store.apply_updates([entry.update], list((entry.attempts or {}).values()))
             except StoreUnavailable:
                 self._pending.setdefault(job_id, entry)
             except Exception as exc:

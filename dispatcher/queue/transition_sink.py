@@ -12,6 +12,7 @@ import structlog
 from shardq_common.clock import wall_ms
 
 from ..ops import metrics
+from . import attempts
 from .sessions import SessionRegistry
 from .states import EnqueueCode, JobState
 from .status_writer import LEASE_EXPIRED_ERROR, StatusWriter, transition_update
@@ -77,6 +78,7 @@ class TransitionSink:
                 run_at=t.run_at_ms,
             )
             self.sessions.forget_lease(t.id)
-            self.writer.record(t.shard, transition_update(t, now, error=LEASE_EXPIRED_ERROR))
+            update = transition_update(t, now, error=LEASE_EXPIRED_ERROR)
+            self.writer.record(t.shard, update, attempt=attempts.expired(t, now))
             self.after(t)
         self.finished(transitions, "expire")

@@ -140,6 +140,22 @@ def error_text(value: str, limit: int) -> str:
     return value[:limit].replace("\x00", "\\0")
 
 
+def progress_report(value: str, limit: int, field: str) -> str:
+    """A handler's progress report: JSON of a number 0..1 or an object, at most ``limit`` bytes."""
+    size = len(value.encode())
+    if not size or size > limit:
+        raise InvalidArgument(f"{field}: {size} bytes; a progress report is 1..{limit} bytes of JSON")
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        raise InvalidArgument(f"{field}: not JSON") from None
+    if isinstance(decoded, dict):
+        return value
+    if isinstance(decoded, int | float) and not isinstance(decoded, bool) and 0 <= decoded <= 1:
+        return value
+    raise InvalidArgument(f"{field}: a progress report is a number from 0 to 1 or an object")
+
+
 def at_most(n: int, limit: int, field: str, what: str) -> None:
     """A repeated field holds no more than ``limit`` items."""
     if n > limit:

@@ -84,6 +84,12 @@ class Grant:
     payload: bytes
     concurrency_key: str = ""
     headers: dict[str, str] | None = None
+    rate_limited: int = 0  # times its handler raised RateLimited before this lease
+
+    @property
+    def run(self) -> int:
+        """This lease's number among the job's runs (rate-limited ones count): its attempt history key."""
+        return self.attempt + self.rate_limited
 
 
 @dataclass(slots=True)
@@ -99,7 +105,13 @@ class Transition:
     expirations: int = 0
     dead_reason: str = ""
     job_type: str = field(default="", compare=False)  # when the script reports it (for metrics)
-    rate_limited: int = 0  # times its handler raised RateLimited, when a nack reports it
+    rate_limited: int = 0  # times its handler raised RateLimited
+
+    @property
+    def run(self) -> int:
+        """The number of the run that ended in this transition (see Grant.run): attempts and rate-limited
+        runs add up the same before and after an ack, nack or expiry."""
+        return self.attempts + self.rate_limited
 
 
 @dataclass(frozen=True)
@@ -171,10 +183,10 @@ class CancelOutcome:
 _RETURNED_AS = {ReturnCode.READY: JobState.READY, ReturnCode.CANCELLED: JobState.CANCELLED}
 # Entries per job in the flat replies of these scripts (see each script's header).
 _PEEK_ENTRIES = 3
-_LEASE_ENTRIES = 14
-_ACK_ENTRIES = 5
+_LEASE_ENTRIES = 15
+_ACK_ENTRIES = 6
 _RETRY_ENTRIES = 8
-_REAP_ENTRIES = 7
+_REAP_ENTRIES = 8
 _RETURN_ENTRIES = 2
 _FINISHED_ENTRIES = 3
 
@@ -305,6 +317,7 @@ class WorkingSet:
                 payload,
                 concurrency_key,
                 headers,
+                rate_limited,
             ) = result[i : i + _LEASE_ENTRIES]
             grants.append(
                 Grant(
@@ -323,6 +336,7 @@ class WorkingSet:
                     payload,
                     concurrency_key.decode(),
                     msgpack.unpackb(headers, raw=False) if headers else None,
+                    int(rate_limited),
                 )
             )
         return LeaseRound(grants, unfilled, int(result[-2]), held_back)
@@ -389,7 +403,7 @@ class WorkingSet:
         out: list[Transition | None] = []
         for n, (job_id, _) in enumerate(refs):
             i = n * _ACK_ENTRIES
-            code, attempts, failures, expirations, job_type = r[i : i + _ACK_ENTRIES]
+            code, attempts, failures, expirations, job_type, rate_limited = r[i : i + _ACK_ENTRIES]
             out.append(
                 Transition(
                     job_id,
@@ -400,6 +414,7 @@ class WorkingSet:
                     int(failures),
                     int(expirations),
                     job_type=_s(job_type),
+                    rate_limited=int(rate_limited),
                 )
                 if int(code) == AckCode.SUCCEEDED
                 else None
@@ -505,6 +520,7 @@ class WorkingSet:
                     int(r[i + 5]),
                     str(DeadReason.LEASE_EXPIRED) if state is JobState.DEAD else "",
                     _s(r[i + 6]),
+                    int(r[i + 7]),
                 )
             )
         return out, int(r[0])

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from .base import DeadFilter, JobRow, Store, StoreUpdate
+from .base import ATTEMPT_OUTCOMES, AttemptRow, AttemptUpdate, DeadFilter, JobRow, Store, StoreUpdate
 from .open import open_store
 from .queue_settings import QueueSettingsRow
 from .schedules import Advance, ScheduleRow, StaleOccurrence
 from .search import JobQuery, PayloadCondition
 
 __all__ = [
+    "ATTEMPT_OUTCOMES",
     "Advance",
+    "AttemptRow",
+    "AttemptUpdate",
     "DeadFilter",
     "JobQuery",
     "JobRow",

@@ -13,14 +13,14 @@ from shardq_common.clock import wall_ms
 from shardq_common.errors import ConfigError, StoreUnavailable
 
 from .queue_settings import QueueSettingsQueries
-from .retention import RetentionQueries
+from .retention import RetentionQueries, delete_attempts
 from .schedules import ScheduleQueries
 from .search import SearchQueries
 
 COLUMNS = (
     "id, type, shard, priority, payload, status, run_at, lease_until, attempts, failures, expirations, "
     "max_attempts, lease_ttl_ms, idem_key, last_error, dead_reason, result, enqueued_at, started_at, "
-    "finished_at, updated_at, schedule, concurrency_key, rate_limited, headers"
+    "finished_at, updated_at, schedule, concurrency_key, rate_limited, headers, progress"
 )
 ACTIVE_STATES = ("delayed", "ready", "leased")
 
@@ -52,6 +52,7 @@ class JobRow:
     concurrency_key: str | None = None  # its type's per-key limits go by it (None: none)
     rate_limited: int = 0  # retries its handler asked for by raising RateLimited (no attempt charged)
     headers: str | None = None  # JSON object of the job's headers (migration 0009); None: none
+    progress: str | None = None  # JSON of its latest progress report (migration 0012); None: none
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobRow:
@@ -117,6 +118,78 @@ class StoreUpdate:
             self.finished_at,
             older.rate_limited if self.rate_limited is None else self.rate_limited,
         )
+
+
+#: What an attempt's outcome column holds (NULL while the run goes on).
+ATTEMPT_OUTCOMES = ("succeeded", "failed", "lease_expired", "cancelled", "rate_limited")
+
+
+@dataclass(slots=True)
+class AttemptUpdate:
+    """One run of a job (job_attempts, migration 0012): its start (worker, started_at), its end
+    (finished_at, outcome, error, traceback), or both. None leaves a column as it is, so the start
+    and the end may be written by different batches, or processes, in either order."""
+
+    job_id: str
+    attempt: int
+    worker: str | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    outcome: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+
+    def merged_over(self, older: AttemptUpdate) -> AttemptUpdate:
+        return AttemptUpdate(
+            self.job_id,
+            self.attempt,
+            *(
+                older_value if value is None else value
+                for value, older_value in (
+                    (self.worker, older.worker),
+                    (self.started_at, older.started_at),
+                    (self.finished_at, older.finished_at),
+                    (self.outcome, older.outcome),
+                    (self.error, older.error),
+                    (self.traceback, older.traceback),
+                )
+            ),
+        )
+
+    def values(self) -> tuple[Any, ...]:
+        return (
+            self.job_id,
+            self.attempt,
+            self.worker,
+            self.started_at,
+            self.finished_at,
+            self.outcome,
+            self.error,
+            self.traceback,
+        )
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    attempt: int
+    worker: str | None
+    started_at: int | None
+    finished_at: int | None
+    outcome: str | None
+    error: str | None
+    traceback: str | None
+
+
+_UPSERT_ATTEMPT = (
+    "INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error, traceback) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, attempt) DO UPDATE SET "
+    + ", ".join(
+        f"{c} = COALESCE(excluded.{c}, job_attempts.{c})"
+        for c in ("worker", "started_at", "finished_at", "outcome", "error", "traceback")
+    )
+)
+#: The most attempts GetJob lists (the latest ones): a job rate limited many times has many runs.
+MAX_ATTEMPTS_LISTED = 100
 
 
 @dataclass(frozen=True)
@@ -304,9 +377,24 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
                 out.append((r.id, True))
         return out
 
-    async def apply_updates(self, updates: Iterable[StoreUpdate]) -> None:
+    async def apply_updates(
+        self,
+        updates: Iterable[StoreUpdate],
+        attempts: Sequence[AttemptUpdate] = (),
+        progress: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """Status updates, attempt history and progress reports ((job id, JSON)), in one transaction."""
         now = wall_ms()
         async with self.transaction(durable=False) as tx:
+            if attempts:
+                await tx.executemany(_UPSERT_ATTEMPT, [a.values() for a in attempts])
+            if progress:
+                # A finished job's progress is final: a late report does not replace it.
+                await tx.executemany(
+                    "UPDATE jobs SET progress = ? WHERE id = ? "
+                    "AND status NOT IN ('succeeded', 'cancelled', 'dead')",
+                    [(json_text, job_id) for job_id, json_text in progress],
+                )
             await tx.executemany(
                 _UPDATE,
                 [
@@ -334,6 +422,16 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
         async with self.transaction() as tx:
             rows = await tx.execute(f"SELECT {COLUMNS} FROM jobs WHERE id = ?", (job_id,))
         return JobRow.from_row(rows[0]) if rows else None
+
+    async def get_attempts(self, job_id: str, limit: int = MAX_ATTEMPTS_LISTED) -> list[AttemptRow]:
+        """The job's latest ``limit`` runs, oldest first."""
+        async with self.transaction() as tx:
+            rows = await tx.execute(
+                "SELECT attempt, worker, started_at, finished_at, outcome, error, traceback "
+                "FROM job_attempts WHERE job_id = ? ORDER BY attempt DESC LIMIT ?",
+                (job_id, limit),
+            )
+        return [AttemptRow(*r) for r in reversed(rows)]
 
     async def get_jobs(self, ids: Sequence[str]) -> list[JobRow]:
         out = []
@@ -398,6 +496,7 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
         sql, params = where.where()
         async with self.transaction() as tx:
             rows = await tx.execute(f"DELETE FROM jobs WHERE {sql} RETURNING id", params)
+            await delete_attempts(tx, [str(r[0]) for r in rows])
         return len(rows)
 
     async def set_cancelled(self, job_id: str) -> str | None:

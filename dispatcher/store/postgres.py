@@ -13,7 +13,7 @@ from shardq_common.clock import wall_ms
 from shardq_common.errors import StoreUnavailable
 from shardq_common.redaction import redact
 
-from .base import NEW_JOB_COLUMNS, JobRow, Store, StoreUpdate, Tx
+from .base import NEW_JOB_COLUMNS, AttemptUpdate, JobRow, Store, StoreUpdate, Tx
 from .search import COUNT_TIMEOUT_MS, SEARCH_TIMEOUT_MS, JobQuery, SearchTooSlow
 
 # One statement for a whole batch of status updates (executemany would be a round trip per row);
@@ -35,6 +35,21 @@ _UPDATE_MANY = (
     "WHERE jobs.id = v.id AND jobs.status NOT IN ('succeeded', 'cancelled', 'dead')"
 )
 
+# The attempt history of a batch in one statement too (the status writer sends each (job_id,
+# attempt) once per batch, as ON CONFLICT DO UPDATE requires); the same rules as base._UPSERT_ATTEMPT.
+_UPSERT_ATTEMPTS = (
+    "INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error, traceback) "
+    "SELECT * FROM unnest(%b::text[], %b::int[], %b::text[], %b::bigint[], %b::bigint[], %b::text[], "
+    "%b::text[], %b::text[]) ON CONFLICT (job_id, attempt) DO UPDATE SET "
+    + ", ".join(
+        f"{c} = COALESCE(excluded.{c}, job_attempts.{c})"
+        for c in ("worker", "started_at", "finished_at", "outcome", "error", "traceback")
+    )
+)
+_PROGRESS_MANY = (
+    "UPDATE jobs SET progress = v.progress FROM unnest(%b::text[], %b::text[]) AS v(id, progress) "
+    "WHERE jobs.id = v.id AND jobs.status NOT IN ('succeeded', 'cancelled', 'dead')"
+)
 
 # What shardq_enqueue_rows (migrations 0008, 0010) notifies, with the shard as payload, when its jobs commit.
 ENQUEUED_CHANNEL = "shardq_enqueued"
@@ -179,9 +194,14 @@ class PostgresStore(Store):
                 await conn.set_autocommit(False)
         return [(r.id, True) for r in rows]
 
-    async def apply_updates(self, updates: Iterable[StoreUpdate]) -> None:
+    async def apply_updates(
+        self,
+        updates: Iterable[StoreUpdate],
+        attempts: Sequence[AttemptUpdate] = (),
+        progress: Sequence[tuple[str, str]] = (),
+    ) -> None:
         rows = list(updates)
-        if not rows:
+        if not rows and not attempts and not progress:
             return
         columns = [
             [u.id for u in rows],
@@ -199,7 +219,13 @@ class PostgresStore(Store):
             [u.rate_limited for u in rows],
         ]
         async with self.transaction(durable=False) as tx:
-            await tx.execute(_UPDATE_MANY, [wall_ms(), *columns])
+            if attempts:
+                by_column = [list(c) for c in zip(*(a.values() for a in attempts), strict=True)]
+                await tx.execute(_UPSERT_ATTEMPTS, by_column)
+            if progress:
+                await tx.execute(_PROGRESS_MANY, [[p[0] for p in progress], [p[1] for p in progress]])
+            if rows:
+                await tx.execute(_UPDATE_MANY, [wall_ms(), *columns])
 
     supports_sql_enqueue = True
 

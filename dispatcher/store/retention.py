@@ -88,4 +88,12 @@ class RetentionQueries:
                 f"DELETE FROM jobs WHERE id IN ({marks}) AND status = ? AND finished_at < ? RETURNING id",
                 [*ids, status, cutoff_ms],
             )
+            await delete_attempts(tx, [str(r[0]) for r in rows])
         return len(rows)
+
+
+async def delete_attempts(tx: Tx, ids: Sequence[str]) -> None:
+    """Delete the attempt history of these jobs (job_attempts has no foreign key to cascade)."""
+    for i in range(0, len(ids), 500):
+        chunk = list(ids[i : i + 500])
+        await tx.execute(f"DELETE FROM job_attempts WHERE job_id IN ({', '.join('?' * len(chunk))})", chunk)

@@ -32,6 +32,15 @@ class DeadReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DEAD_REASON_LEASE_EXPIRED: _ClassVar[DeadReason]
     DEAD_REASON_NO_HANDLER: _ClassVar[DeadReason]
 
+class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ATTEMPT_OUTCOME_UNSPECIFIED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_SUCCEEDED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_FAILED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_LEASE_EXPIRED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_CANCELLED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_RATE_LIMITED: _ClassVar[AttemptOutcome]
+
 class BulkAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     BULK_ACTION_UNSPECIFIED: _ClassVar[BulkAction]
@@ -62,6 +71,12 @@ DEAD_REASON_HANDLER_ERROR: DeadReason
 DEAD_REASON_NOT_RETRYABLE: DeadReason
 DEAD_REASON_LEASE_EXPIRED: DeadReason
 DEAD_REASON_NO_HANDLER: DeadReason
+ATTEMPT_OUTCOME_UNSPECIFIED: AttemptOutcome
+ATTEMPT_OUTCOME_SUCCEEDED: AttemptOutcome
+ATTEMPT_OUTCOME_FAILED: AttemptOutcome
+ATTEMPT_OUTCOME_LEASE_EXPIRED: AttemptOutcome
+ATTEMPT_OUTCOME_CANCELLED: AttemptOutcome
+ATTEMPT_OUTCOME_RATE_LIMITED: AttemptOutcome
 BULK_ACTION_UNSPECIFIED: BulkAction
 BULK_ACTION_CANCEL: BulkAction
 BULK_ACTION_REQUEUE: BulkAction
@@ -71,6 +86,24 @@ CATCH_UP_UNSPECIFIED: CatchUp
 CATCH_UP_ALL: CatchUp
 CATCH_UP_LATEST: CatchUp
 CATCH_UP_NONE: CatchUp
+
+class Attempt(_message.Message):
+    __slots__ = ("attempt", "worker_id", "started_at_ms", "finished_at_ms", "outcome", "error", "traceback")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    worker_id: str
+    started_at_ms: int
+    finished_at_ms: int
+    outcome: AttemptOutcome
+    error: str
+    traceback: str
+    def __init__(self, attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
     __slots__ = ("type", "payload", "priority", "run_at_ms", "delay_ms", "max_attempts", "lease_ttl_ms", "idempotency_key", "concurrency_key", "headers")
@@ -138,7 +171,7 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard", "schedule", "concurrency_key", "rate_limited", "headers", "truncated")
+    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard", "schedule", "concurrency_key", "rate_limited", "headers", "truncated", "attempt_history", "progress")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +203,8 @@ class Job(_message.Message):
     RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     id: str
     type: str
     priority: Priority
@@ -194,7 +229,9 @@ class Job(_message.Message):
     rate_limited: int
     headers: _containers.ScalarMap[str, str]
     truncated: bool
-    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ..., schedule: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., rate_limited: _Optional[int] = ..., headers: _Optional[_Mapping[str, str]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+    attempt_history: _containers.RepeatedCompositeFieldContainer[Attempt]
+    progress: str
+    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ..., schedule: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., rate_limited: _Optional[int] = ..., headers: _Optional[_Mapping[str, str]] = ..., truncated: _Optional[bool] = ..., attempt_history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., progress: _Optional[str] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -361,6 +398,20 @@ class PruneJobsResponse(_message.Message):
     rows: int
     more: bool
     def __init__(self, rows: _Optional[int] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class WatchJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class JobEvent(_message.Message):
+    __slots__ = ("job", "final")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    final: bool
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., final: _Optional[bool] = ...) -> None: ...
 
 class GetVersionRequest(_message.Message):
     __slots__ = ()
@@ -552,18 +603,33 @@ class Nacks(_message.Message):
     nacks: _containers.RepeatedCompositeFieldContainer[Nack]
     def __init__(self, nacks: _Optional[_Iterable[_Union[Nack, _Mapping]]] = ...) -> None: ...
 
+class JobProgress(_message.Message):
+    __slots__ = ("lease", "progress")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    lease: LeaseRef
+    progress: str
+    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., progress: _Optional[str] = ...) -> None: ...
+
+class ProgressReports(_message.Message):
+    __slots__ = ("reports",)
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    reports: _containers.RepeatedCompositeFieldContainer[JobProgress]
+    def __init__(self, reports: _Optional[_Iterable[_Union[JobProgress, _Mapping]]] = ...) -> None: ...
+
 class Drain(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "credit", "heartbeat", "acks", "nacks", "drain", "then_credit")
+    __slots__ = ("hello", "credit", "heartbeat", "acks", "nacks", "drain", "progress", "then_credit")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     NACKS_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     THEN_CREDIT_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     credit: Credit
@@ -571,8 +637,9 @@ class WorkerMessage(_message.Message):
     acks: Acks
     nacks: Nacks
     drain: Drain
+    progress: ProgressReports
     then_credit: int
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., acks: _Optional[_Union[Acks, _Mapping]] = ..., nacks: _Optional[_Union[Nacks, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., then_credit: _Optional[int] = ...) -> None: ...
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., acks: _Optional[_Union[Acks, _Mapping]] = ..., nacks: _Optional[_Union[Nacks, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., progress: _Optional[_Union[ProgressReports, _Mapping]] = ..., then_credit: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("ref", "type", "payload", "priority", "attempt", "max_attempts", "deadline_ms", "lease_ttl_ms", "idempotency_key", "run_at_ms", "enqueued_at_ms", "concurrency_key", "headers")

@@ -11,7 +11,10 @@ RateLimited(payload["retry_after"], payload["hold_siblings"]) its first payload[
 this worker (default 1); ``sync*`` is a sync handler (run in a thread)
 that returns at once; ``block*`` is a sync handler that blocks its thread forever and never looks at
 ctx.cancelled. A handler that returns returns the bytes of payload["result_hex"] as the job's result
-(none without it).
+(none without it). ``fail*`` with payload["deep"] raises at the end of a chain of that many
+exceptions (a long traceback). ``progress*`` reports progress payload["steps"] times (up to 1.0,
+then the object payload["last"] if given), payload["step_sleep"] seconds apart, and returns
+payload["result"] as JSON.
 """
 
 from __future__ import annotations
@@ -47,6 +50,17 @@ class Ledger:
         os.write(self.fd, (json.dumps(line) + "\n").encode())
 
 
+def _fail_deep(depth: int, message: str) -> None:
+    """Raise after a chain of ``depth`` exceptions, each printed with its own traceback."""
+    cause: Exception | None = None
+    for step in range(depth):
+        try:
+            raise ValueError(f"step {step} of the chain") from cause
+        except ValueError as exc:
+            cause = exc
+    raise RuntimeError(message) from cause
+
+
 def handlers_for(types: list[str], ledger: Ledger) -> dict[str, object]:
     limited: dict[str, int] = {}  # job id -> RateLimited raised for it so far (attempts do not count them)
 
@@ -58,7 +72,16 @@ def handlers_for(types: list[str], ledger: Ledger) -> dict[str, object]:
             await asyncio.sleep(float(payload.get("sleep", 1.0)))
         elif kind.startswith("fail"):
             ledger.write("fail", ctx)
-            raise RuntimeError(f"{ctx.type} always fails (attempt {ctx.attempt})")
+            _fail_deep(int(payload.get("deep", 0)), f"{ctx.type} always fails (attempt {ctx.attempt})")
+        elif kind.startswith("progress"):
+            steps = int(payload.get("steps", 10))
+            for i in range(steps):
+                ctx.progress((i + 1) / steps)
+                await asyncio.sleep(float(payload.get("step_sleep", 0)))
+            if "last" in payload:
+                ctx.progress(payload["last"])
+            ledger.write("end", ctx)
+            return json.dumps(payload.get("result")).encode()
         elif kind.startswith("flaky") and ctx.attempt <= int(payload.get("fail_times", 1)):
             ledger.write("fail", ctx)
             raise RuntimeError(f"flaky failure on attempt {ctx.attempt}")

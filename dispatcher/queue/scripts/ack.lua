@@ -1,8 +1,8 @@
 --[[ Complete leased jobs.
 Input:  KEYS[1] jobs, KEYS[2] payloads, KEYS[3] leased, KEYS[4] counts, KEYS[5] results;
         ARGV[1] now (ms), then triples: id, token, result ('' for none)
-Output: per triple 5 entries: ACK.SUCCEEDED (or ACK.STALE: the token does not hold the lease),
-        attempts, failures, expirations, type ('' when stale)
+Output: per triple 6 entries: ACK.SUCCEEDED (or ACK.STALE: the token does not hold the lease),
+        attempts, failures, expirations, type ('' when stale), times rate limited
   The record stays (state succeeded), and its result with it, until the status is committed to the DB,
   then forget_jobs removes both: a successor that finds the record unrecorded records the result too.
   The writes are made once for the batch.
@@ -26,9 +26,9 @@ for n, id in ipairs(ids) do
     acked[#acked + 1] = rec
     if result ~= '' then results[#results + 1] = id; results[#results + 1] = result end
     out[#out + 1] = ACK.SUCCEEDED; out[#out + 1] = rec.a; out[#out + 1] = rec.f or 0; out[#out + 1] = rec.x or 0
-    out[#out + 1] = rec.t
+    out[#out + 1] = rec.t; out[#out + 1] = rec.w or 0
   else
-    out[#out + 1] = ACK.STALE; out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = ''
+    out[#out + 1] = ACK.STALE; out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = 0
   end
 end
 if #done > 0 then

@@ -12,10 +12,10 @@ Input:
   ARGV[8..] the worker's types in this shard, in the order of the ready sets' KEYS
 Output:
   FENCE.NOT_OWNER
-  otherwise a flat table, 14 entries per lease:
+  otherwise a flat table, 15 entries per lease:
     id, token, class, type, attempt, max_attempts, deadline, ttl, idempotency key, run_at, enqueued_at,
     payload, concurrency key, headers (the record's msgpack map as it is stored, '' when the job has
-    none)
+    none), times rate limited (attempt + this is the lease's run number: a job's attempt history key)
   followed by three last entries: the unfilled picks (a string of class digits, '' when all were
   filled); the instant (steady ms) a queue held back by a rate limit or a hold may lease again (-1:
   none was); and the types held back by flow control, each with why: {type, reason, ...}, reason one
@@ -454,7 +454,7 @@ if #chosen > 0 then
       out[k + 5] = rec.a; out[k + 6] = rec.m; out[k + 7] = rec.d; out[k + 8] = rec.l
       out[k + 9] = rec.i or ''; out[k + 10] = rec.r; out[k + 11] = rec.e
       out[k + 12] = payloads[n] or ''; out[k + 13] = rec.g or ''
-      out[k + 14] = rec.h and cmsgpack.pack(rec.h) or ''
+      out[k + 14] = rec.h and cmsgpack.pack(rec.h) or ''; out[k + 15] = rec.w or 0
     end
   end
   set_states(KEYS[5], grants, STATE.READY, STATE.LEASED)

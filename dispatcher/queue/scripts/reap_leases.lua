@@ -7,8 +7,8 @@ Input:
   ARGV[9] + backoff (run_at is wall time, like the delayed set's other scores)
 Output:
   FENCE.NOT_OWNER
-  otherwise {next deadline or -1, then per expired job 7 entries: id, outcome (RETRY.DELAYED,
-  RETRY.DEAD or RETRY.CANCELLED), run_at, attempts, failures, expirations, type}
+  otherwise {next deadline or -1, then per expired job 8 entries: id, outcome (RETRY.DELAYED,
+  RETRY.DEAD or RETRY.CANCELLED), run_at, attempts, failures, expirations, type, times rate limited}
 ]]
 --- @include "record"
 --- @include "retry_or_dead"
@@ -46,6 +46,7 @@ for n, id in ipairs(ids) do
     local k = #out
     out[k + 1] = id; out[k + 2] = OUTCOME[state]; out[k + 3] = run_at
     out[k + 4] = rec.a; out[k + 5] = rec.f or 0; out[k + 6] = rec.x; out[k + 7] = rec.t
+    out[k + 8] = rec.w or 0
   end
 end
 local head = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
