@@ -4,11 +4,12 @@ message in place of the part it could not fill."""
 from __future__ import annotations
 
 import asyncio
+from html import escape
 from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from . import operations as ops
@@ -109,6 +110,18 @@ def _choices() -> dict[str, Any]:
 async def job(call: Call) -> Response:
     data, error = await attempt(_dash(call.request).ops.job(call.session, call.request.path_params["id"]))
     return _page(call, "job.html", job=data, error=error, job_id=call.request.path_params["id"])
+
+
+@route("api")
+async def job_live(call: Call) -> Response:
+    """The job page's live part (state, progress, attempts), polled by htmx while the job is not
+    finished; a failed read shows its message in its place."""
+    data, error = await attempt(_dash(call.request).ops.job(call.session, call.request.path_params["id"]))
+    if data is None:
+        return HTMLResponse(
+            f'<div id="job-live"><p class="flash error" role="alert">{escape(error)}</p></div>'
+        )
+    return _dash(call.request).render(call.request, "_job_live.html", {"job": data, "session": call.session})
 
 
 @route("page")
@@ -212,6 +225,7 @@ def routes() -> list[Route]:
         Route("/queues/stream", queues_stream),
         Route("/jobs", jobs),
         Route("/jobs/{id}", job),
+        Route("/jobs/{id}/live", job_live),
         Route("/dead", dead),
         Route("/schedules", schedules),
         Route("/workers", workers),

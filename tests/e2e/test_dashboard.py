@@ -16,7 +16,7 @@ from tests.support.dashboard import csrf_of, dashboard_client, sse_events
 from tests.support.wait import wait_until
 from worker_sdk import Client
 
-TYPES = ("noop.ok", "noop.burst", "noop.rate", "noop.nightly", "final.bad")
+TYPES = ("noop.ok", "noop.burst", "noop.rate", "noop.nightly", "final.bad", "progress.report")
 PAGES = ("/", "/queues", "/jobs", "/dead", "/schedules", "/workers")
 INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>|\son[a-z]+\s*=|javascript:", re.IGNORECASE)
 
@@ -53,12 +53,32 @@ def test_every_page_renders_with_its_data_and_no_inline_script(stack):
         assert "nightly.report" in schedules and "+01:00" in schedules and "+00:00" in schedules
         job = web.get(f"/jobs/{ids['done']}").text
         assert "succeeded" in job and "&#34;customer_id&#34;: 42" in job
+        assert "#1 succeeded" in job and "hx-trigger" not in job  # finished: no polling
+        dead_job = web.get(f"/jobs/{ids['dead']}").text
+        assert "#1 failed" in dead_job and "Requeue" in dead_job
+        live = web.get(f"/jobs/{ids['dead']}/live")
+        assert live.status_code == 200 and 'id="job-live"' in live.text and "#1 failed" in live.text
+        assert "flash error" in web.get("/jobs/no!such/live").text
         assert web.get(f"/jobs?id={ids['done']}").headers["location"] == f"/jobs/{ids['done']}"
         workers = web.get("/workers").text
         assert "noop" in workers and "8 shards" in workers
         for path in ("/static/vendor/htmx-2.0.11.min.js", "/static/vendor/uPlot-1.6.32.iife.min.js",
                      "/static/dashboard.js", "/static/vendor/htmx.LICENSE"):  # fmt: skip
             assert web.get(path).status_code == 200, path
+
+
+def test_the_job_page_shows_progress_while_it_runs_then_the_result(stack):
+    dispatcher, client, _ = stack
+    payload = {"steps": 4, "step_sleep": 0.5, "result": {"rows": 3}}
+    job = client.enqueue("progress.report", payload)
+    with dashboard_client(dispatcher.target) as web:
+        live = wait_until(
+            lambda: (t := web.get(f"/jobs/{job}/live").text) and 'max="1" value="0.' in t and t, 20
+        )
+        assert 'hx-trigger="every 2s"' in live  # still running: the part polls itself
+        wait_until(lambda: client.get_job(job).status == "succeeded", 20)
+        page = web.get(f"/jobs/{job}").text
+        assert 'value="1.0"' in page and "&#34;rows&#34;: 3" in page and "hx-trigger" not in page
 
 
 def test_the_json_api_answers_and_is_described(stack):
