@@ -4,8 +4,8 @@ message in place of the part it could not fill."""
 from __future__ import annotations
 
 import asyncio
-from html import escape
 from collections.abc import AsyncIterator
+from html import escape
 from typing import Any
 
 from starlette.requests import Request
