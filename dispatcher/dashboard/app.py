@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -41,6 +43,11 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, sending)
+
+
+async def healthz(request: Request) -> Response:
+    """Liveness for probes: the HTTP server answers (it calls no dispatcher and needs no session)."""
+    return PlainTextResponse("ok")
 
 
 def build_app(settings: DashboardSettings, gateway: Gateway | None = None) -> Starlette:

@@ -26,7 +26,7 @@ class DashboardSettings:
     secret: str = ""
     #: Seconds a session lasts after sign-in.
     session_s: int = DEFAULT_SESSION_S
-    #: Set the cookie's Secure flag (the dashboard is served over HTTPS, by itself or a proxy).
+    #: Set the cookie's Secure flag (SHARDQ_DASHBOARD_SECURE_COOKIES=1: TLS ends at a proxy in front).
     #: None: Secure when the request came over https.
     secure_cookies: bool | None = None
     #: Serve a non-loopback address although the dispatcher checks no tokens (anyone who reaches
@@ -45,6 +45,9 @@ class DashboardSettings:
             "secret": env.get("SHARDQ_DASHBOARD_SECRET", ""),
             "session_s": int(env.get("SHARDQ_DASHBOARD_SESSION_S") or DEFAULT_SESSION_S),
             "allow_open": env.get("SHARDQ_DASHBOARD_ALLOW_OPEN", "") in ("1", "true", "yes"),
+            "secure_cookies": True
+            if env.get("SHARDQ_DASHBOARD_SECURE_COOKIES", "") in ("1", "true", "yes")
+            else None,
             "tls_cert": env.get("SHARDQ_DASHBOARD_TLS_CERT") or None,
             "tls_key": env.get("SHARDQ_DASHBOARD_TLS_KEY") or None,
         }
