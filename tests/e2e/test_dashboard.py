@@ -65,6 +65,7 @@ def test_every_page_renders_with_its_data_and_no_inline_script(stack):
         for path in ("/static/vendor/htmx-2.0.11.min.js", "/static/vendor/uPlot-1.6.32.iife.min.js",
                      "/static/dashboard.js", "/static/vendor/htmx.LICENSE"):  # fmt: skip
             assert web.get(path).status_code == 200, path
+        assert web.get("/healthz").text == "ok"
 
 
 def test_the_job_page_shows_progress_while_it_runs_then_the_result(stack):
