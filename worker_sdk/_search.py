@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from shardq_common.pb import shardq_pb2 as pb
 
@@ -31,6 +31,7 @@ BULK_ACTIONS = {
     "delete": pb.BULK_ACTION_DELETE,
 }
 _WILDCARDS = frozenset("*?[")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,11 @@ class JobFilter:
             idempotency_key=self.idempotency_key,
             schedule=self.schedule,
             error_contains=self.error_contains,
-            dead_reason=_named(REASONS, self.dead_reason, "dead reason") if self.dead_reason else 0,
+            dead_reason=(
+                _named(REASONS, self.dead_reason, "dead reason")
+                if self.dead_reason
+                else pb.DEAD_REASON_UNSPECIFIED
+            ),
         )
         for path, value in self.payload.items():
             f.payload.add(path=path, value_json=json.dumps(value))
@@ -150,13 +155,14 @@ def _strings(values: Iterable[str] | str) -> list[str]:
 
 
 def _split(types: Iterable[str] | str) -> tuple[list[str], list[str]]:
-    names, patterns = [], []
+    names: list[str] = []
+    patterns: list[str] = []
     for t in _strings(types):
         (patterns if _WILDCARDS & set(t) else names).append(t)
     return names, patterns
 
 
-def _named(table: Mapping[str, int], name: str, what: str) -> int:
+def _named(table: Mapping[str, T], name: str, what: str) -> T:
     if name not in table:
         raise ValueError(f"unknown {what} {name!r}: use one of {', '.join(table)}")
     return table[name]

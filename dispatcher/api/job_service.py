@@ -36,7 +36,8 @@ from ..queue.status_writer import StatusWriter
 from ..queue.watches import WATCH_RECHECK_S, Watches
 from ..queue.working_set import NewJob, WorkingSet
 from ..store import AttemptRow, DeadFilter, JobQuery, JobRow, Store
-from . import auth
+from . import auth, bulk_actions
+from .bulk_actions import BulkActions
 
 log = structlog.get_logger("shardq.job_service")
 R = TypeVar("R")
@@ -108,6 +109,7 @@ class JobService(pb_grpc.JobServiceServicer):
         self.canceller = canceller
         self.ownership = ownership  # the epoch of a shard a requeue writes to
         self.loops = loops  # a requeued job's promoter, when this process owns its shard
+        self.bulk = BulkActions(store, working_set, canceller, loops, self._requeue)
 
     @rpc
     async def Enqueue(self, request: pb.EnqueueRequest, context: Any) -> pb.EnqueueResponse:
@@ -406,6 +408,15 @@ class JobService(pb_grpc.JobServiceServicer):
         if request.with_total:
             reply.total, reply.total_exact = await self.store.count_jobs(query)
         return reply
+
+    @rpc
+    async def BulkJobs(self, request: pb.BulkJobsRequest, context: Any) -> pb.BulkJobsResponse:
+        action = bulk_actions.action(request.action)
+        max_jobs = bulk_actions.limit(request.limit)
+        query = await self._resolve(job_filter.parse(request.filter))
+        await self.writer.flush()  # the rows read are as this process's transitions left them
+        outcome = await self.bulk.run(action, query, max_jobs, request.dry_run)
+        return pb.BulkJobsResponse(matched=outcome.matched, touched=outcome.touched, more=outcome.more)
 
     async def _resolve(self, search: job_filter.SearchFilter) -> JobQuery:
         """The filter's types made exact (patterns, scope); the DB's types are read only if needed."""

@@ -40,6 +40,8 @@ MAX_VALUE_JSON = 1024
 DEFAULT_PAYLOAD_BYTES = 1024
 MAX_PAYLOAD_BYTES = 65536
 MAX_CURSOR = 200
+#: How far apart the clocks of the process that made a job's id and the one that finished it may be.
+CLOCK_MARGIN_MS = 10 * 60_000
 #: Greatest time a filter may name (ms): the ids' 48 bits of milliseconds.
 MAX_TIME_MS = (1 << 48) - 1
 
@@ -69,8 +71,10 @@ class SearchFilter:
 
     def needs_known_types(self, scoped: bool) -> bool:
         """Whether ``resolve`` reads the DB's job types: for patterns, a type scope, or an
-        idempotency key without a type (it goes through the (type, idem_key) index once per type)."""
-        return bool(self.patterns or scoped or (self.query.idem_key and not self.types))
+        idempotency key or dead reason without a type (each is an index whose first column is the
+        type: ``jobs_idem_key``, ``jobs_dead``; the page is read type by type)."""
+        by_type = self.query.idem_key or self.query.dead_reason
+        return bool(self.patterns or scoped or (by_type and not self.types))
 
     def resolve(self, known_types: Iterable[str], may_use: Callable[[str], bool], scoped: bool) -> JobQuery:
         """The query with its types made exact: those named, or those of the DB matching a pattern,
@@ -127,11 +131,17 @@ def parse(f: pb.JobFilter, field: str = "filter") -> SearchFilter:
         raise InvalidArgument(f"{field}.error_contains: at most {MAX_ERROR_TEXT} characters, no NUL")
     validation.at_most(len(f.payload), MAX_PAYLOAD_MATCHES, f"{field}.payload", "payload conditions")
     payload = tuple(payload_condition(m, f"{field}.payload[{i}]") for i, m in enumerate(f.payload))
+    max_id = _id_floor(f.created_before_ms) if f.created_before_ms else ""
+    if f.finished_before_ms:
+        # A job finished before T was created before it: the id range bounds the scan (with a
+        # margin for the clocks of the processes that made the id and the finish time).
+        bound = _id_floor(min(MAX_TIME_MS, f.finished_before_ms + CLOCK_MARGIN_MS))
+        max_id = min(max_id, bound) if max_id else bound
     query = JobQuery(
         statuses=tuple(sorted(set(statuses))),
         priorities=tuple(sorted(set(priorities))),
         min_id=_id_floor(f.created_after_ms) if f.created_after_ms else "",
-        max_id=_id_floor(f.created_before_ms) if f.created_before_ms else "",
+        max_id=max_id,
         finished_after_ms=f.finished_after_ms or None,
         finished_before_ms=f.finished_before_ms or None,
         idem_key=f.idempotency_key,

@@ -559,6 +559,18 @@ class WorkingSet:
         _check_owner(r, shard)
         return Restored(int(r[0]), int(r[1]))
 
+    async def run_now(self, shard: int, ids: Sequence[str], now: int) -> list[str]:
+        """Make these delayed jobs due at ``now`` (run_now.lua); returns those it changed. The shard's
+        promoter then moves them to their ready sets."""
+        k = ShardKeys(shard)
+        moved: list[str] = []
+        for start in range(0, len(ids), SCRIPT_BATCH):
+            r = await self.scripts.run_now(
+                keys=[k.jobs, k.delayed], args=[now, *ids[start : start + SCRIPT_BATCH]]
+            )
+            moved += [_s(x) for x in r]
+        return moved
+
     async def note_unpushed(self, shard: int, ids: Sequence[str], now: int) -> None:
         """These committed jobs' push failed: the reconciler that restores them knows it is no loss."""
         for start in range(0, len(ids), SCRIPT_BATCH):

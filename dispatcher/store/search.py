@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 #: Most job types the loose scan of ``jobs_type_id`` lists (one index probe per type).
 MAX_TYPES = 10_000
+#: A query of up to this many job types reads each type's page apart and merges them (JobQuery.page).
+MAX_MERGED_TYPES = 64
 #: SQLite counts matches up to this many (it has no planner estimate to fall back on).
 COUNT_CAP = 10_000
 #: PostgreSQL: a search statement that runs longer is cancelled and the caller told to narrow it.
@@ -78,6 +80,32 @@ class JobQuery:
     def matches_nothing(self) -> bool:
         return self.types is not None and not self.types
 
+    def page(
+        self, backend: str, columns: str, limit: int, after_id: str, newest_first: bool
+    ) -> tuple[str, list[Any]]:
+        """The statement of one page: ``limit`` rows by id after ``after_id`` (keyset). A query of a
+        few job types reads each type's rows in id order on its own (``jobs_type_id``, or
+        ``jobs_dead`` with a dead reason) and merges them, so each scan stops at the page: the
+        single scan of ``type IN (...)`` would read every row of those types and sort them."""
+        order = "DESC" if newest_first else "ASC"
+
+        def one(query: JobQuery) -> tuple[str, list[Any]]:
+            where, params = query.where(backend)
+            if after_id:
+                where += " AND id < ?" if newest_first else " AND id > ?"
+                params.append(after_id)
+            return f"SELECT {columns} FROM jobs WHERE {where} ORDER BY id {order} LIMIT ?", [*params, limit]
+
+        if self.types is None or not 1 < len(self.types) <= MAX_MERGED_TYPES:
+            return one(self)
+        parts, params = [], []
+        for i, job_type in enumerate(self.types):
+            sql, values = one(replace(self, types=(job_type,)))
+            parts.append(f"SELECT * FROM ({sql}) AS t{i}")
+            params += values
+        merged = " UNION ALL ".join(parts)
+        return f"SELECT * FROM ({merged}) AS merged ORDER BY id {order} LIMIT ?", [*params, limit]
+
     def where(self, backend: str) -> tuple[str, list[Any]]:
         sql: list[str] = []
         params: list[Any] = []
@@ -117,13 +145,21 @@ class JobQuery:
             sql.append("status = 'dead' AND dead_reason = ?")
             params.append(self.dead_reason)
         if self.error_contains:
-            sql.append("strpos(last_error, ?) > 0" if backend == "postgres" else "instr(last_error, ?) > 0")
-            params.append(self.error_contains)
+            if backend == "postgres":  # LIKE, which a trigram index serves (docs/operations.md)
+                sql.append("last_error LIKE ?")
+                params.append(f"%{_like_escaped(self.error_contains)}%")
+            else:  # SQLite's LIKE ignores case
+                sql.append("instr(last_error, ?) > 0")
+                params.append(self.error_contains)
         for condition in self.payload:
             clause, values = (_pg_payload if backend == "postgres" else _sqlite_payload)(condition)
             sql.append(clause)
             params.extend(values)
         return " AND ".join(sql) or "TRUE", params
+
+
+def _like_escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def pg_payload_expression(path: Sequence[str]) -> str:
@@ -186,15 +222,9 @@ class SearchQueries:
 
         if query.matches_nothing():
             return []
-        where, params = query.where(self.backend)
-        if after_id:
-            where += " AND id < ?" if newest_first else " AND id > ?"
-            params.append(after_id)
-        order = "DESC" if newest_first else "ASC"
+        sql, params = query.page(self.backend, COLUMNS, limit, after_id, newest_first)
         async with self.search_transaction() as tx:
-            rows = await tx.execute(
-                f"SELECT {COLUMNS} FROM jobs WHERE {where} ORDER BY id {order} LIMIT ?", [*params, limit]
-            )
+            rows = await tx.execute(sql, params)
         return [JobRow.from_row(r) for r in rows]
 
     async def search_ids(
@@ -204,13 +234,9 @@ class SearchQueries:
         oldest first: what a bulk action needs to act on each."""
         if query.matches_nothing():
             return []
-        where, params = query.where(self.backend)
+        sql, params = query.page(self.backend, "id, shard, type, priority, status", limit, after_id, False)
         async with self.search_transaction() as tx:
-            rows = await tx.execute(
-                f"SELECT id, shard, type, priority, status FROM jobs WHERE {where} AND id > ? "
-                "ORDER BY id LIMIT ?",
-                [*params, after_id, limit],
-            )
+            rows = await tx.execute(sql, params)
         return [(str(r[0]), int(r[1]), str(r[2]), int(r[3]), str(r[4])) for r in rows]
 
     async def count_jobs(self, query: JobQuery) -> tuple[int, bool]:
@@ -226,6 +252,35 @@ class SearchQueries:
             )
         n = int(rows[0][0])
         return (COUNT_CAP, False) if n > COUNT_CAP else (n, True)
+
+    # -- the bulk actions' writes ----------------------------------------------------------
+
+    async def due_now(self, ids: Sequence[str], run_at: int) -> int:
+        """Run-now's row change: these jobs' run_at, those still delayed (after Redis made them due:
+        a reconcile after a Redis data loss then restores them due, not at their old time)."""
+        if not ids:
+            return 0
+        marks = ", ".join("?" * len(ids))
+        async with self.transaction() as tx:
+            rows = await tx.execute(
+                f"UPDATE jobs SET run_at = ? WHERE id IN ({marks}) AND status = 'delayed' RETURNING id",
+                [run_at, *ids],
+            )
+        return len(rows)
+
+    async def delete_finished_rows(self, ids: Sequence[str]) -> int:
+        """Delete these rows, those finished (checked again in the statement: a dead job requeued
+        meanwhile is not). The caller made sure Redis no longer holds their records."""
+        if not ids:
+            return 0
+        marks = ", ".join("?" * len(ids))
+        async with self.transaction() as tx:
+            rows = await tx.execute(
+                f"DELETE FROM jobs WHERE id IN ({marks}) AND status IN ('succeeded', 'cancelled', 'dead') "
+                "RETURNING id",
+                list(ids),
+            )
+        return len(rows)
 
 
 _TYPES = (

@@ -106,6 +106,7 @@ def test_each_filter_selects_exactly_its_jobs(dispatcher, db_url):
         assert found(schedule="nightly") == {charges[2]}
         assert found(error_contains="card declined") == {charges[1]}
         assert found(error_contains="Card Declined") == set()  # case-sensitive
+        assert found(error_contains="%") == found(error_contains="_") == set()  # no wildcards
         assert found(dead_reason="handler_error") == {charges[1]}
         # Payload fields: typed JSON equality; payloads that are not JSON objects never match.
         assert found(payload={"customer_id": 1}) == {charges[1], charges[4]}
