@@ -197,6 +197,7 @@ class Dispatcher:
         """Stop leasing, tell workers to reconnect later (their leases stay valid: tokens live in
         Redis), release the shards so the other members take them at once, commit status."""
         self.sessions.shut_down()
+        self.watches.close()  # watchers reconnect now (elsewhere, or here once restarted)
         self.coordinator.stopping()
         # Their last results are read until each worker half-closes; they reach the status writer,
         # which commits them below.

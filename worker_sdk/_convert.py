@@ -175,6 +175,8 @@ class JobInfo:
     attempt_history: tuple[AttemptInfo, ...] = ()
     #: The handler's latest ``ctx.progress(...)`` report (a number or a dict); None: none yet.
     progress: Any = None
+    #: The worker of its latest lease (its latest run); "" before its first.
+    worker_id: str = ""
 
     @classmethod
     def from_pb(cls, j: pb.Job) -> JobInfo:
@@ -205,6 +207,7 @@ class JobInfo:
             truncated=j.truncated,
             attempt_history=tuple(AttemptInfo.from_pb(a) for a in j.attempt_history),
             progress=decode_progress(j.progress),
+            worker_id=j.worker_id,
         )
 
 

@@ -45,7 +45,7 @@ MAX_ERROR_CHARS = 16_000
 # them is refused with INVALID_ARGUMENT or RESOURCE_EXHAUSTED and ends the stream.
 MESSAGE_LEASES = 1000
 MESSAGE_BYTES = 8 << 20
-_M = TypeVar("_M", pb.Ack, pb.Nack, pb.LeaseRef)
+_M = TypeVar("_M", pb.Ack, pb.Nack, pb.LeaseRef, pb.JobProgress)
 # After our half-close, how long the dispatcher gets to read what we wrote and end the stream.
 HALF_CLOSE_TIMEOUT_S = 5.0
 UNOWNED_REFRESH_S = 0.25

@@ -26,9 +26,10 @@ def dispatcher_settings(processes: int) -> dict[str, Any]:
 
 
 class Dispatcher:
-    def __init__(self, redis_url: str, db_url: str, log_dir: Path, processes: int) -> None:
+    def __init__(self, redis_url: str, db_url: str, log_dir: Path, processes: int, **settings: Any) -> None:
+        """``settings``: SHARDQ_* settings besides the defaults (a benchmark's variant)."""
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.settings = dispatcher_settings(processes)
+        self.settings = {**dispatcher_settings(processes), **settings}
         self.processes = processes
         self.proc = DispatcherProcess(redis_url, db_url, log_dir, **self.settings)
 

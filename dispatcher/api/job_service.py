@@ -13,7 +13,7 @@ import structlog
 
 from shardmap import shard_for
 from shardq_common.clock import wall_ms
-from shardq_common.errors import DispatcherError, InvalidArgument, NotFound
+from shardq_common.errors import DispatcherError, InvalidArgument, NotFound, Unavailable
 from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 
@@ -54,6 +54,8 @@ MAX_LIST = 10_000
 DEFAULT_PRUNE_ROWS = 100_000
 MAX_PRUNE_ROWS = 1_000_000
 STATS_SETTLE_S = 2.0
+#: How soon a watch looks again at a job Redis says finished whose row does not yet.
+LAGGING_RECHECK_S = 0.1
 _FINAL = frozenset({pb.JOB_STATUS_SUCCEEDED, pb.JOB_STATUS_DEAD, pb.JOB_STATUS_CANCELLED})
 # Terminal states whose details (result, error) only the DB row holds.
 _OUTCOMES = (JobState.SUCCEEDED, JobState.DEAD)
@@ -135,8 +137,12 @@ class JobService(pb_grpc.JobServiceServicer):
     @rpc
     async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:
         job_id = validation.job_id(request.job_id)
-        message = await self._job_now(job_id)
-        message.attempt_history.extend(attempt_message(a) for a in await self.store.get_attempts(job_id))
+        message, _, row = await self._read_job(job_id)
+        runs = [attempt_message(a) for a in await self.store.get_attempts(job_id)]
+        latest = _latest_run(row, message)
+        if latest is not None and all(r.attempt != latest.attempt for r in runs):
+            runs.append(latest)  # it succeeded or goes on: only the job's row holds it
+        message.attempt_history.extend(runs)
         return message
 
     async def WatchJob(
@@ -153,7 +159,10 @@ class JobService(pb_grpc.JobServiceServicer):
                 while True:
                     # Without a flush first: a watched job's lease must not force out every deferred
                     # status write of the process. Its end is flushed (the outcome is in the row).
-                    job = await self._job_now(job_id, flush_first=False)
+                    job, lagging, _ = await self._read_job(job_id, flush_first=False)
+                    if lagging:  # finished in Redis, its outcome not in the DB yet: in a moment
+                        await watch.wait(LAGGING_RECHECK_S)
+                        continue
                     final = job.status in _FINAL
                     if watch.progress is not None and not final:
                         job.progress = watch.progress  # this process heard it; the DB has it within a second
@@ -168,14 +177,22 @@ class JobService(pb_grpc.JobServiceServicer):
                     if final:
                         return
                     await watch.wait(WATCH_RECHECK_S)
+                    if self.watches.closing:
+                        raise Unavailable("dispatcher is shutting down; watch again")
         except DispatcherError as exc:
             await context.abort(exc.code, str(exc))
         except REDIS_ERRORS as exc:
             note_redis_error("rpc", exc, method="WatchJob")
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {exc}")
 
-    async def _job_now(self, job_id: str, *, flush_first: bool = True) -> pb.Job:
+    async def _job_now(self, job_id: str) -> pb.Job:
         """The job as GetJob reports it, without its attempts: its row, with Redis's live state."""
+        return (await self._read_job(job_id))[0]
+
+    async def _read_job(self, job_id: str, *, flush_first: bool = True) -> tuple[pb.Job, bool, JobRow]:
+        """The job (see _job_now), and whether Redis says it finished while its committed row does
+        not say so yet (the row is reported then)."""
+        lagging = False
         row = await (self._committed_row(job_id) if flush_first else self.store.get_job(job_id))
         if row is None:
             raise NotFound(f"no job {job_id}")
@@ -187,11 +204,12 @@ class JobService(pb_grpc.JobServiceServicer):
             # read the row again, and until that write is committed (by whichever process owns
             # the shard) report the row as it is, never a success without its result.
             row = await self._committed_row(job_id) or row
+            lagging = row.status != record.state
             record = None
         message = job_message(row)
         if record is not None:
             overlay_live_state(message, record)
-        return message
+        return message, lagging, row
 
     async def _committed_row(self, job_id: str) -> JobRow | None:
         """The job's row, after this process's pending status writes for it are committed."""
@@ -490,6 +508,7 @@ def job_message(row: JobRow) -> pb.Job:
         rate_limited=row.rate_limited,
         headers=json.loads(row.headers) if row.headers else None,
         progress=row.progress or "",
+        worker_id=row.worker or "",
     )
 
 
@@ -500,6 +519,25 @@ _OUTCOMES_PB = {
     "cancelled": pb.ATTEMPT_OUTCOME_CANCELLED,
     "rate_limited": pb.ATTEMPT_OUTCOME_RATE_LIMITED,
 }
+
+
+def _latest_run(row: JobRow, job: pb.Job) -> pb.Attempt | None:
+    """The job's latest run as its row tells it (worker, start, end), while it runs or once it
+    succeeded (a run that ends otherwise has a row of its own). None when the row does not have it
+    yet: Redis is on a later run than the row (its lease's update is on its way)."""
+    run = row.attempts + row.rate_limited
+    if row.status not in ("leased", "succeeded") or not run or not row.started_at:
+        return None
+    if job.attempts + job.rate_limited != run:
+        return None
+    succeeded = job.status == pb.JOB_STATUS_SUCCEEDED
+    return pb.Attempt(
+        attempt=run,
+        worker_id=row.worker or "",
+        started_at_ms=row.started_at,
+        finished_at_ms=row.finished_at or 0 if succeeded else 0,
+        outcome=pb.ATTEMPT_OUTCOME_SUCCEEDED if succeeded else pb.ATTEMPT_OUTCOME_UNSPECIFIED,
+    )
 
 
 def attempt_message(a: AttemptRow) -> pb.Attempt:

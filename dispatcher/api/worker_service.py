@@ -274,11 +274,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     session.log.info("stale ack rejected", job=job_id, token=token)
                     session.send(_rejected(job_id, token, shard, "stale token: the lease is no longer valid"))
                     continue
-                self.writer.record(
-                    shard,
-                    transition_update(t, now, result=result, error=note),
-                    attempt=attempts.succeeded(t, now),
-                )
+                self.writer.record(shard, transition_update(t, now, result=result, error=note))
                 acked.append(t)
                 session.log.debug("job acked", job=job_id, type=t.job_type, shard=shard, attempt=t.attempts)
         self.transitions.finished(acked, "ack")

@@ -1,29 +1,23 @@
-"""Attempt history: what a run of a job writes to its row in job_attempts (migration 0012).
+"""Attempt history: the runs of a job (migration 0012).
 
 A run is one lease its worker received; it is numbered by ``Grant.run`` (charged attempts plus
-rate-limited runs), which stays the same from the lease to its end whatever the end was, so a run's
-start (recorded with the lease) and its end (with the ack, nack or expiry) meet in one row. Both go
-through the status writer, coalesced with the job's status update: a run that ends within the lease
-write delay costs one row write, in the batch that writes the job's status.
+rate-limited runs), which stays the same from its lease to its end whatever the end was. The job's
+latest run is in its row: the lease's update writes its worker and start, the job's status and
+finished_at say how it is going or how it ended. So a run that succeeds, the common case, costs no
+write of its own; one that ends otherwise (failed, lease expired, cancelled, rate limited) is kept
+as a row of job_attempts, written through the status writer with the job's status update, its start
+taken from its lease's update (pending with it) or from the job's row. GetJob lists those rows and
+the latest run from the job's row when it has none (``current_run``).
 """
 
 from __future__ import annotations
 
 from ..store import AttemptUpdate
 from .states import JobState
-from .working_set import Grant, Transition
+from .working_set import Transition
 
 _TRACEBACK_HEAD = "Traceback (most recent call last):"
 _ELIDED = "...\n"
-
-
-def started(grant: Grant, worker: str, now: int) -> AttemptUpdate:
-    # A lease granted ahead of run_at goes to the worker at run_at (sessions.py): it starts then.
-    return AttemptUpdate(grant.id, grant.run, worker=worker, started_at=max(now, grant.run_at_ms))
-
-
-def succeeded(t: Transition, now: int) -> AttemptUpdate:
-    return AttemptUpdate(t.id, t.run, finished_at=now, outcome="succeeded")
 
 
 def nacked(t: Transition, now: int, text: str, *, rate_limited: bool, max_traceback: int) -> AttemptUpdate:
@@ -40,6 +34,19 @@ def nacked(t: Transition, now: int, text: str, *, rate_limited: bool, max_traceb
 
 def expired(t: Transition, now: int) -> AttemptUpdate:
     return AttemptUpdate(t.id, t.run, finished_at=now, outcome="lease_expired")
+
+
+def caught_up(t: Transition, now: int) -> AttemptUpdate | None:
+    """The end of a run that a reconcile found finished in Redis and not in the DB (its owner died
+    before its status write): the outcome is known, the worker's error text is not. None when it
+    succeeded (the job's row says so) or never ran."""
+    if t.state is JobState.SUCCEEDED or not t.attempts:
+        return None
+    if t.state is JobState.CANCELLED:
+        outcome = "cancelled"
+    else:
+        outcome = "lease_expired" if t.dead_reason == "lease_expired" else "failed"
+    return AttemptUpdate(t.id, t.run, finished_at=now, outcome=outcome)
 
 
 def split_error(text: str, max_traceback: int) -> tuple[str, str | None]:

@@ -62,7 +62,6 @@ class LeaseReturns:
             returned = [(g, t) for g, t in zip(group, results, strict=True) if t is not None]
             for g, t in returned:
                 self.writer.record(shard, returned_update(t, now))
-                self.writer.drop_attempt(g.id, g.run)
                 session.log.info("unsent lease returned", job=g.id, type=g.type, outcome=str(t.state))
             metrics.count(metrics.RETURNED, ((metrics.type_label(g.type), str(t.state)) for g, t in returned))
             ready = [(g.type, int(g.priority)) for g, t in returned if t.state is JobState.READY]

@@ -30,6 +30,7 @@ from shardq_common.clock import wall_ms
 
 from ..ops import metrics
 from ..store import JobRow, Store
+from . import attempts
 from .records import JobRecord
 from .states import ACTIVE, JobState, Priority
 from .status_writer import StatusWriter, transition_update
@@ -215,6 +216,8 @@ class Reconciler:
                 failures=rec.failures,
                 expirations=rec.expirations,
                 dead_reason=rec.dead_reason,
+                rate_limited=rec.rate_limited,
             )
-            self.writer.record(shard, transition_update(transition, now, result=result))
+            ended = attempts.caught_up(transition, now)
+            self.writer.record(shard, transition_update(transition, now, result=result), attempt=ended)
         return len(finished)

@@ -23,7 +23,6 @@ from ..ops import metrics
 from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from ..ops.tracing import now_ns, spans
-from . import attempts
 from .fairness import FairPicker
 from .ownership import Ownership
 from .states import Priority
@@ -74,6 +73,8 @@ class WorkerSession:
         self.working_set = context.working_set
         self.writer = context.writer
         self.worker_id = worker_id
+        # Written with each lease as its run's worker, unless attempt history is off (then nothing of it is).
+        self._run_worker = worker_id if context.writer.attempt_history else None
         self.job_types = job_types
         self.concurrency = concurrency
         self.peer = peer
@@ -274,12 +275,7 @@ class WorkerSession:
         now = wall_ms()
         for g in grants:
             self.hold(g.id, g.token, g.shard)
-            self.writer.record(
-                shard,
-                lease_update(g, now),
-                defer_ms=LEASE_WRITE_DELAY_MS,
-                attempt=attempts.started(g, self.worker_id, now),
-            )
+            self.writer.record(shard, lease_update(g, now, self._run_worker), defer_ms=LEASE_WRITE_DELAY_MS)
         self._send_leases(grants)
         if spans.enabled:
             spans.record(

@@ -8,8 +8,9 @@ only after their status is committed, so the reconciler never mistakes a finishe
 job for a lost one: a lag can only cause a re-run after Redis data loss, never a
 lost job.
 
-The attempt history (attempts.py) rides on the same entries: a run's start and end are coalesced
-with the job's status update and committed in its batch. Progress reports are kept apart (a report
+The attempt history (attempts.py) rides on the same entries: the end of a run that did not succeed
+is committed in the batch of the job's status update, with its start (its lease's update, when that
+is still pending here; the job's row otherwise). Progress reports are kept apart (a report
 changes no status): the latest per job, committed with the batches at most every
 PROGRESS_WRITE_DELAY_MS, and with the job's final status update at the latest.
 """
@@ -111,6 +112,10 @@ class StatusWriter:
         if old is None:
             old = self._pending[update.id] = _Entry(shard, update, self._recorded, not_before)
         else:
+            if attempt is not None and self.attempt_history and attempt.started_at is None:
+                # The run's lease update is still pending: its start goes with its end.
+                attempt.worker = attempt.worker or old.update.worker
+                attempt.started_at = old.update.started_at
             old.update = update.merged_over(old.update)
             old.not_before = min(old.not_before, not_before)
         if attempt is not None and self.attempt_history:
@@ -119,13 +124,6 @@ class StatusWriter:
         if not defer_ms or not self._next_deferred or not_before < self._next_deferred:
             self._next_deferred = not_before
             self._wake.set()
-
-    def drop_attempt(self, job_id: str, run: int) -> None:
-        """A lease taken back before its worker received it was no run: forget its recorded start.
-        (Committed already, it is overwritten by the next lease, which has the same number.)"""
-        entry = self._pending.get(job_id)
-        if entry is not None and entry.attempts:
-            entry.attempts.pop(run, None)
 
     def record_progress(self, job_id: str, progress: str) -> None:
         """A job's latest progress report (JSON), written within PROGRESS_WRITE_DELAY_MS (or with its
@@ -391,11 +389,17 @@ def _chunks(items: list[str], size: int) -> list[list[str]]:
 LEASE_EXPIRED_ERROR = "lease expired: the worker crashed, hung or disconnected"
 
 
-def lease_update(grant: Grant, now: int) -> StoreUpdate:
+def lease_update(grant: Grant, now: int, worker: str | None = None) -> StoreUpdate:
+    """The row of a job leased to ``worker``: its latest run's start (see attempts.py)."""
     # A lease granted ahead of run_at goes to the worker at run_at (sessions.py): it starts then.
     started_at = max(now, grant.run_at_ms)
     return StoreUpdate(
-        grant.id, "leased", lease_until=grant.deadline_ms, attempts=grant.attempt, started_at=started_at
+        grant.id,
+        "leased",
+        lease_until=grant.deadline_ms,
+        attempts=grant.attempt,
+        started_at=started_at,
+        worker=worker,
     )
 
 

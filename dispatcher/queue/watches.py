@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from shardq_common.errors import ResourceExhausted
+from shardq_common.errors import ResourceExhausted, Unavailable
 
 from ..ops import metrics
 
@@ -46,10 +46,19 @@ class Watches:
         self.max_open = max_open
         self._by_job: dict[str, set[Watch]] = {}
         self._open = 0
+        self.closing = False  # the process is stopping: every watch ends (its client reconnects)
+
+    def close(self) -> None:
+        self.closing = True
+        for watchers in self._by_job.values():
+            for watch in watchers:
+                watch.notify()
 
     @contextmanager
     def open(self, job_id: str) -> Iterator[Watch]:
         """A watch of the job for the block; RESOURCE_EXHAUSTED past max_open in this process."""
+        if self.closing:
+            raise Unavailable("dispatcher is shutting down")
         if self._open >= self.max_open:
             raise ResourceExhausted(
                 f"this dispatcher has {self._open} watches open, its limit (SHARDQ_MAX_WATCHES); try again"

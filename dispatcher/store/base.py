@@ -20,7 +20,7 @@ from .search import SearchQueries
 COLUMNS = (
     "id, type, shard, priority, payload, status, run_at, lease_until, attempts, failures, expirations, "
     "max_attempts, lease_ttl_ms, idem_key, last_error, dead_reason, result, enqueued_at, started_at, "
-    "finished_at, updated_at, schedule, concurrency_key, rate_limited, headers, progress"
+    "finished_at, updated_at, schedule, concurrency_key, rate_limited, headers, progress, worker"
 )
 ACTIVE_STATES = ("delayed", "ready", "leased")
 
@@ -53,6 +53,7 @@ class JobRow:
     rate_limited: int = 0  # retries its handler asked for by raising RateLimited (no attempt charged)
     headers: str | None = None  # JSON object of the job's headers (migration 0009); None: none
     progress: str | None = None  # JSON of its latest progress report (migration 0012); None: none
+    worker: str | None = None  # the worker of its latest lease (migration 0012)
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobRow:
@@ -99,6 +100,7 @@ class StoreUpdate:
     started_at: int | None = None
     finished_at: int | None = None
     rate_limited: int | None = None
+    worker: str | None = None  # set by a lease: the worker of the job's latest run
 
     def merged_over(self, older: StoreUpdate) -> StoreUpdate:
         """This (newer) update, keeping the older one's values where this leaves a column unchanged
@@ -117,6 +119,7 @@ class StoreUpdate:
             older.started_at if self.started_at is None else self.started_at,
             self.finished_at,
             older.rate_limited if self.rate_limited is None else self.rate_limited,
+            older.worker if self.worker is None else self.worker,
         )
 
 
@@ -180,9 +183,15 @@ class AttemptRow:
     traceback: str | None
 
 
+# A run whose start the batch does not carry (its lease's row update was committed before) takes it
+# from the job's row, which holds its latest run's start until the batch's own updates (run after
+# this statement) replace it.
 _UPSERT_ATTEMPT = (
     "INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error, traceback) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, attempt) DO UPDATE SET "
+    "SELECT ?, ?, COALESCE(?, (SELECT worker FROM jobs WHERE id = ?)), "
+    "COALESCE(?, (SELECT started_at FROM jobs WHERE id = ?)), ?, ?, ?, ? "
+    # WHERE true: SQLite reads ON CONFLICT after a bare SELECT as a join's constraint
+    "WHERE true ON CONFLICT (job_id, attempt) DO UPDATE SET "
     + ", ".join(
         f"{c} = COALESCE(excluded.{c}, job_attempts.{c})"
         for c in ("worker", "started_at", "finished_at", "outcome", "error", "traceback")
@@ -254,7 +263,7 @@ _UPDATE = (
     "attempts = COALESCE(?, attempts), failures = COALESCE(?, failures), "
     "expirations = COALESCE(?, expirations), last_error = COALESCE(?, last_error), dead_reason = ?, "
     "result = COALESCE(?, result), started_at = COALESCE(?, started_at), finished_at = ?, "
-    "rate_limited = COALESCE(?, rate_limited), updated_at = ? "
+    "rate_limited = COALESCE(?, rate_limited), worker = COALESCE(?, worker), updated_at = ? "
     # A finished job stays finished: an older update committed late (by the shard's former owner)
     # must not make it look active again. Only a requeue (requeue_dead) leaves the dead state.
     "WHERE id = ? AND status NOT IN ('succeeded', 'cancelled', 'dead')"
@@ -387,7 +396,11 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
         now = wall_ms()
         async with self.transaction(durable=False) as tx:
             if attempts:
-                await tx.executemany(_UPSERT_ATTEMPT, [a.values() for a in attempts])
+                await tx.executemany(
+                    _UPSERT_ATTEMPT,
+                    [(a.job_id, a.attempt, a.worker, a.job_id, a.started_at, a.job_id, *a.values()[4:])
+                     for a in attempts],
+                )  # fmt: skip
             if progress:
                 # A finished job's progress is final: a late report does not replace it.
                 await tx.executemany(
@@ -411,6 +424,7 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
                         u.started_at,
                         u.finished_at,
                         u.rate_limited,
+                        u.worker,
                         now,
                         u.id,
                     )

@@ -26,12 +26,12 @@ _UPDATE_MANY = (
     "last_error = COALESCE(v.last_error, jobs.last_error), dead_reason = v.dead_reason, "
     "result = COALESCE(v.result, jobs.result), started_at = COALESCE(v.started_at, jobs.started_at), "
     "finished_at = v.finished_at, rate_limited = COALESCE(v.rate_limited, jobs.rate_limited), "
-    "updated_at = %s "
+    "worker = COALESCE(v.worker, jobs.worker), updated_at = %s "
     # Binary parameters: psycopg dumps arrays with less CPU than as text.
     "FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::int[], %b::int[], %b::int[], "
-    "%b::text[], %b::text[], %b::bytea[], %b::bigint[], %b::bigint[], %b::int[]) "
+    "%b::text[], %b::text[], %b::bytea[], %b::bigint[], %b::bigint[], %b::int[], %b::text[]) "
     "AS v(id, status, run_at, lease_until, attempts, failures, expirations, last_error, dead_reason, result, "
-    "started_at, finished_at, rate_limited) "
+    "started_at, finished_at, rate_limited, worker) "
     "WHERE jobs.id = v.id AND jobs.status NOT IN ('succeeded', 'cancelled', 'dead')"
 )
 
@@ -39,8 +39,11 @@ _UPDATE_MANY = (
 # attempt) once per batch, as ON CONFLICT DO UPDATE requires); the same rules as base._UPSERT_ATTEMPT.
 _UPSERT_ATTEMPTS = (
     "INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error, traceback) "
-    "SELECT * FROM unnest(%b::text[], %b::int[], %b::text[], %b::bigint[], %b::bigint[], %b::text[], "
-    "%b::text[], %b::text[]) ON CONFLICT (job_id, attempt) DO UPDATE SET "
+    "SELECT v.job_id, v.attempt, COALESCE(v.worker, j.worker), COALESCE(v.started_at, j.started_at), "
+    "v.finished_at, v.outcome, v.error, v.traceback "
+    "FROM unnest(%b::text[], %b::int[], %b::text[], %b::bigint[], %b::bigint[], %b::text[], %b::text[], "
+    "%b::text[]) AS v(job_id, attempt, worker, started_at, finished_at, outcome, error, traceback) "
+    "LEFT JOIN jobs j ON j.id = v.job_id ON CONFLICT (job_id, attempt) DO UPDATE SET "
     + ", ".join(
         f"{c} = COALESCE(excluded.{c}, job_attempts.{c})"
         for c in ("worker", "started_at", "finished_at", "outcome", "error", "traceback")
@@ -217,6 +220,7 @@ class PostgresStore(Store):
             [u.started_at for u in rows],
             [u.finished_at for u in rows],
             [u.rate_limited for u in rows],
+            [u.worker for u in rows],
         ]
         async with self.transaction(durable=False) as tx:
             if attempts:

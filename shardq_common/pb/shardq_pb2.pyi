@@ -171,7 +171,7 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard", "schedule", "concurrency_key", "rate_limited", "headers", "truncated", "attempt_history", "progress")
+    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard", "schedule", "concurrency_key", "rate_limited", "headers", "truncated", "attempt_history", "progress", "worker_id")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +205,7 @@ class Job(_message.Message):
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_HISTORY_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     type: str
     priority: Priority
@@ -231,7 +232,8 @@ class Job(_message.Message):
     truncated: bool
     attempt_history: _containers.RepeatedCompositeFieldContainer[Attempt]
     progress: str
-    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ..., schedule: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., rate_limited: _Optional[int] = ..., headers: _Optional[_Mapping[str, str]] = ..., truncated: _Optional[bool] = ..., attempt_history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., progress: _Optional[str] = ...) -> None: ...
+    worker_id: str
+    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ..., schedule: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., rate_limited: _Optional[int] = ..., headers: _Optional[_Mapping[str, str]] = ..., truncated: _Optional[bool] = ..., attempt_history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., progress: _Optional[str] = ..., worker_id: _Optional[str] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)

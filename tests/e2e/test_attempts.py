@@ -114,23 +114,38 @@ def test_traceback_is_bounded_and_keeps_its_end(start_dispatcher, redis_url, db_
         assert len(client.get_job(job_id).last_error) > 10_000  # the job's own error is not cut to it
 
 
-def test_history_off_records_nothing(start_dispatcher, redis_url, db_url, start_worker):
+def test_history_off_keeps_only_the_latest_run(start_dispatcher, redis_url, db_url, start_worker):
     dispatcher = start_dispatcher(redis_url, db_url, attempt_history=False)
-    start_worker(dispatcher.target, types="noop")
+    start_worker(dispatcher.target, types="flaky", worker_id="w-off")
     with Client(dispatcher.target) as client:
-        job_id = client.enqueue("noop")
-        wait_until(lambda: client.get_job(job_id).status == "succeeded", timeout=20)
-        assert client.get_job(job_id).attempt_history == ()
+        job_id = client.enqueue("flaky", {"fail_times": 1})
+        [latest] = _finished(client, job_id, "succeeded", 1).attempt_history  # from the job's row
+        # Off, nothing of the history is written: not even the worker with the lease's row update.
+        assert (latest.attempt, latest.worker_id, latest.outcome) == (2, "", "succeeded")
     assert query(db_url, "SELECT COUNT(*) FROM job_attempts") == [(0,)]
 
 
-def test_prune_and_purge_delete_a_jobs_attempts_with_it(dispatcher, start_worker, db_url):
-    start_worker(dispatcher.target, types="noop,final")
+def test_a_run_that_succeeds_writes_no_attempt_row(dispatcher, start_worker, db_url):
+    """The common case costs nothing: a job's latest run is in its row (worker, start, end)."""
+    start_worker(dispatcher.target, types="noop,flaky", worker_id="w-row")
     with Client(dispatcher.target) as client:
-        old, kept = client.enqueue("noop"), client.enqueue("noop")
+        ok = client.enqueue("noop")
+        flaky = client.enqueue("flaky", {"fail_times": 1})
+        assert client.get_job(ok).worker_id in ("", "w-row")
+        _finished(client, ok, "succeeded", 1)
+        _finished(client, flaky, "succeeded", 2)
+        assert client.get_job(ok).worker_id == "w-row"
+    rows = query(db_url, "SELECT job_id, attempt, outcome FROM job_attempts")
+    assert rows == [(flaky, 1, "failed")]
+
+
+def test_prune_and_purge_delete_a_jobs_attempts_with_it(dispatcher, start_worker, db_url):
+    start_worker(dispatcher.target, types="flaky,final")
+    with Client(dispatcher.target) as client:
+        old, kept = (client.enqueue("flaky", {"fail_times": 1}) for _ in range(2))
         dead = client.enqueue("final")
-        _finished(client, old, "succeeded", 1)
-        _finished(client, kept, "succeeded", 1)
+        _finished(client, old, "succeeded", 2)
+        _finished(client, kept, "succeeded", 2)
         _finished(client, dead, "dead", 1)
         query(db_url, "UPDATE jobs SET finished_at = finished_at - 7200000 WHERE id = ?", (old,))
         # A finished row goes once Redis has forgotten its record (after its commit is on disk).

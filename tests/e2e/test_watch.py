@@ -57,12 +57,16 @@ def test_progress_is_coalesced_and_the_watch_gets_it_and_the_final_state(
         assert fractions == sorted(fractions) and all(0 < f <= 1 for f in fractions)
         assert all(e.payload == b"" for e in events)
         assert sum(1 for e in events if e.status == "succeeded") == 1
-        assert client.get_job(job_id).progress == {"done": 2000}  # the final report is in the DB
-    # 2001 reports over about 2-4 s: the worker sends a few a second, the DB gets about one a second.
+        job = client.get_job(job_id)
+        assert job.progress == {"done": 2000}  # the final report is in the DB
+    # 2001 reports: the worker sends the latest four times a second, the DB gets it once a second
+    # (and the last one with the final status), however long the job took on this machine.
+    seconds = (job.finished_at_ms - job.started_at_ms) / 1000
     reports = metric_total(metrics_port, "shardq_progress_reports_total")
     writes = metric_total(metrics_port, "shardq_progress_writes_total")
-    assert 1 <= reports <= 40, reports
-    assert 1 <= writes <= 8, writes
+    assert 1 <= reports <= seconds / 0.25 + 3, (reports, seconds)
+    assert 1 <= writes <= seconds + 3, (writes, seconds)
+    assert reports < 200 and writes < 50
 
 
 def test_wait_returns_the_result_and_raises_on_dead_and_cancelled(dispatcher, start_worker, ledger):

@@ -3,6 +3,7 @@ options, and a worker that cannot be silently left unrun."""
 
 from __future__ import annotations
 
+import collections.abc
 import gc
 import inspect
 import typing
@@ -39,12 +40,26 @@ def _hints(function: typing.Any) -> dict[str, typing.Any]:
     return typing.get_type_hints(function, vars(worker_sdk._client))
 
 
+#: Methods that stream: a generator in Client, an async generator in AsyncClient, of the same items.
+STREAMING = {"watch"}
+
+
 def test_client_and_async_client_expose_the_same_methods_with_the_same_signatures():
     sync_methods, async_methods = _public_methods(Client), _public_methods(AsyncClient)
     assert sorted(async_methods) == sorted(sync_methods)
     for name, signature in sync_methods.items():
         assert async_methods[name].parameters == signature.parameters, name
-        assert _hints(getattr(AsyncClient, name)) == _hints(getattr(Client, name)), name
+        async_hints, sync_hints = _hints(getattr(AsyncClient, name)), _hints(getattr(Client, name))
+        if name in STREAMING:
+            assert inspect.isasyncgenfunction(getattr(AsyncClient, name)), name
+            assert inspect.isgeneratorfunction(getattr(Client, name)), name
+            async_return, sync_return = async_hints.pop("return"), sync_hints.pop("return")
+            assert typing.get_origin(async_return) is collections.abc.AsyncIterator, name
+            assert typing.get_origin(sync_return) is collections.abc.Iterator, name
+            assert typing.get_args(async_return) == typing.get_args(sync_return), name
+            assert async_hints == sync_hints, name
+            continue
+        assert async_hints == sync_hints, name
         assert inspect.iscoroutinefunction(getattr(AsyncClient, name)), name
         assert not inspect.iscoroutinefunction(getattr(Client, name)), name
     assert inspect.signature(AsyncClient.__init__) == inspect.signature(Client.__init__)
