@@ -5,7 +5,9 @@ without auth it serves loopback only. Real dispatcher, Redis and database (both 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import os
 import subprocess
 import sys
 
@@ -19,8 +21,10 @@ from dispatcher.dashboard.settings import DashboardSettings
 from shardq_common.errors import ConfigError
 from shardq_common.tls import ChannelSecurity
 from tests.e2e.conftest import TEST_SETTINGS
+from tests.support import postgres
 from tests.support.dashboard import csrf_of, dashboard_client
 from tests.support.processes import DispatcherProcess
+from tests.support.redis_server import RedisServer
 from worker_sdk import Client
 
 ADMIN = "admin-token-0123456789"
@@ -29,28 +33,42 @@ BILLING_VIEWER = "billing-viewer-0123456789"
 PRODUCER = "producer-token-0123456789"
 
 
-@pytest.fixture
-def secured(redis_url, db_url, tmp_path):
-    tokens = tmp_path / "tokens.txt"
-    tokens.write_text(
-        f"sha256:{hashlib.sha256(ADMIN.encode()).hexdigest()} role=admin name=ops\n"
-        f"{VIEWER} role=viewer name=watcher\n"
-        f"{BILLING_VIEWER} role=viewer types=billing.* name=billing-oncall\n"
-        f"{PRODUCER} role=producer name=app\n"
-    )
-    security = ChannelSecurity.resolve(token=ADMIN, env={})
-    settings = {**TEST_SETTINGS, "auth_tokens_file": tokens}
-    dispatcher = DispatcherProcess(redis_url, db_url, tmp_path, security=security, **settings)
-    try:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def secured(request, tmp_path_factory):
+    """One dispatcher that checks tokens per database backend, on a Redis of its own, shared by the
+    module's tests (each test changes only what no other test looks at)."""
+    root = tmp_path_factory.mktemp("dashboard-auth")
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            db_url = f"sqlite:///{root}/shardq.sqlite3"
+        else:
+            admin_url = request.getfixturevalue("pg_admin_url")
+            if admin_url is None:
+                if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+                    pytest.fail("CI needs PostgreSQL", pytrace=False)
+                pytest.skip("no PostgreSQL")
+            db_url = stack.enter_context(postgres.TempDatabase(admin_url))
+        redis = RedisServer(root / "redis")
+        redis.start()
+        stack.callback(redis.stop)
+        tokens = root / "tokens.txt"
+        tokens.write_text(
+            f"sha256:{hashlib.sha256(ADMIN.encode()).hexdigest()} role=admin name=ops\n"
+            f"{VIEWER} role=viewer name=watcher\n"
+            f"{BILLING_VIEWER} role=viewer types=billing.* name=billing-oncall\n"
+            f"{PRODUCER} role=producer name=app\n"
+        )
+        security = ChannelSecurity.resolve(token=ADMIN, env={})
+        settings = {**TEST_SETTINGS, "auth_tokens_file": tokens}
+        dispatcher = DispatcherProcess(redis.url, db_url, root, security=security, **settings)
+        stack.callback(dispatcher.kill)
         dispatcher.start()
-        with Client(dispatcher.target, token=ADMIN, timeout=10) as admin:
-            ids = {
-                "billing": admin.enqueue("billing.charge", {"amount": 5}),
-                "email": admin.enqueue("email.send", {"to": "a@b.c"}),
-            }
-            yield dispatcher, admin, ids
-    finally:
-        dispatcher.kill()
+        admin = stack.enter_context(Client(dispatcher.target, token=ADMIN, timeout=10))
+        ids = {
+            "billing": admin.enqueue("billing.charge", {"amount": 5}),
+            "email": admin.enqueue("email.send", {"to": "a@b.c"}),
+        }
+        yield dispatcher, admin, ids
 
 
 def sign_in(web, token: str, expect: int = 303):
@@ -111,11 +129,11 @@ def test_a_viewer_reads_everything_and_is_refused_every_action(secured):
             assert page.status_code == 200 and 'class="flash error"' not in page.text, (path, page.text)
         assert "hx-post" not in web.get("/queues").text  # no action buttons for a viewer
         token = csrf_of(web.get("/queues").text)
-        for path in ("/api/queues/email.send/pause", f"/api/jobs/{ids['email']}/cancel", "/api/dead/purge",
+        for path in ("/api/queues/report.daily/pause", f"/api/jobs/{ids['email']}/cancel", "/api/dead/purge",
                      "/api/shards/rebalance"):  # fmt: skip
             refused = web.post(path, data={"csrf": token})
             assert refused.status_code == 403 and "role viewer" in refused.json()["error"], path
-        assert not admin.get_queue("email.send").settings.paused
+        assert not admin.get_queue("report.daily").settings.paused
         assert admin.get_job(ids["email"]).status != "cancelled"
 
 
@@ -171,7 +189,9 @@ def test_with_auth_on_a_non_loopback_listen_is_allowed(secured):
         assert web.get("/").status_code == 303  # to the sign-in, not refused
 
 
-def test_without_auth_the_start_refuses_a_non_loopback_listen(dispatcher):
+def test_without_auth_the_start_refuses_a_non_loopback_listen(start_dispatcher, redis_url, tmp_path):
+    dispatcher = start_dispatcher(redis_url, f"sqlite:///{tmp_path}/shardq.sqlite3")
+
     async def check(listen: str, allow_open: bool = False) -> bool | None:
         gateway = Gateway(dispatcher.target)
         try:
