@@ -4,28 +4,58 @@ roles, scopes and CSRF are in test_dashboard_auth.py; a real browser in test_das
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
+import os
 import re
 
 import pytest
 import structlog
 
 from dispatcher.dashboard import api
+from tests.e2e.conftest import TEST_SETTINGS
+from tests.support import postgres
 from tests.support.dashboard import csrf_of, dashboard_client, sse_events
+from tests.support.processes import DispatcherProcess, WorkerProcess
+from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_until
 from worker_sdk import Client
 
-TYPES = ("noop.ok", "noop.burst", "noop.rate", "noop.nightly", "final.bad", "progress.report")
+TYPES = (
+    "noop.ok", "noop.act", "noop.burst", "noop.rate", "noop.nightly", "final.bad", "final.act",
+    "final.bulk", "progress.report",
+)  # fmt: skip
 PAGES = ("/", "/queues", "/jobs", "/dead", "/schedules", "/workers")
 INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>|\son[a-z]+\s*=|javascript:", re.IGNORECASE)
 
 
-@pytest.fixture
-def stack(dispatcher, start_worker):
-    """A dispatcher with a worker, a succeeded job, a dead job and a schedule."""
-    start_worker(dispatcher.target, types=",".join(TYPES))
-    with Client(dispatcher.target, timeout=10) as client:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def stack(request, tmp_path_factory):
+    """Per database backend, one dispatcher (on a Redis of its own) with a worker, a succeeded job,
+    a dead job and a schedule, shared by the module's tests: a test that changes something does it
+    to job types of its own."""
+    root = tmp_path_factory.mktemp("dashboard")
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            db_url = f"sqlite:///{root}/shardq.sqlite3"
+        else:
+            admin_url = request.getfixturevalue("pg_admin_url")
+            if admin_url is None:
+                if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+                    pytest.fail("CI needs PostgreSQL", pytrace=False)
+                pytest.skip("no PostgreSQL")
+            db_url = stack.enter_context(postgres.TempDatabase(admin_url))
+        redis = RedisServer(root / "redis")
+        redis.start()
+        stack.callback(redis.stop)
+        dispatcher = DispatcherProcess(redis.url, db_url, root, **TEST_SETTINGS)
+        stack.callback(dispatcher.kill)
+        dispatcher.start()
+        worker = WorkerProcess(dispatcher.target, root / "ledger.jsonl", root, types=",".join(TYPES))
+        stack.callback(worker.kill)
+        worker.start()
+        client = stack.enter_context(Client(dispatcher.target, timeout=10))
         done = client.enqueue("noop.ok", {"customer_id": 42, "note": "hello"})
         dead = client.enqueue("final.bad", {"customer_id": 7})
         client.upsert_schedule(name="nightly.report", cron="0 3 * * *", job_type="noop.nightly",
@@ -33,6 +63,12 @@ def stack(dispatcher, start_worker):
         wait_until(lambda: client.get_job(done).status == "succeeded", 20)
         wait_until(lambda: client.get_job(dead).status == "dead", 20)
         yield dispatcher, client, {"done": done, "dead": dead}
+
+
+def dead_job(client: Client, job_type: str) -> str:
+    job = client.enqueue(job_type, {"for": "this test"})
+    wait_until(lambda: client.get_job(job).status == "dead", 20)
+    return job
 
 
 def test_every_page_renders_with_its_data_and_no_inline_script(stack):
@@ -104,7 +140,10 @@ def test_the_json_api_answers_and_is_described(stack):
         assert job["status"] == "succeeded" and job["payload"]["json"] == {"customer_id": 42, "note": "hello"}
         dead = web.get("/api/dead", params={"type": "final.bad"}).json()
         assert [j["id"] for j in dead["jobs"]] == [ids["dead"]] and dead["next_after"] == ""
-        assert web.get("/api/dead/count").json() == {"count": 1, "at_least": False}
+        assert web.get("/api/dead/count", params={"type": "final.bad"}).json() == {
+            "count": 1,
+            "at_least": False,
+        }
         schedule = web.get("/api/schedules").json()["schedules"][0]
         assert schedule["name"] == "nightly.report" and len(schedule["next"]) == 3
         workers = web.get("/api/workers").json()["workers"]
@@ -161,28 +200,31 @@ def test_the_queue_table_rates_count_the_work_since_the_last_look(stack):
 
 
 def test_actions_need_the_csrf_token_change_things_and_are_logged(stack):
-    dispatcher, client, ids = stack
+    dispatcher, client, _ = stack
+    dead = dead_job(client, "final.act")
+    client.enqueue("noop.act", {})
     with dashboard_client(dispatcher.target) as web:
         token = csrf_of(web.get("/queues").text)
-        refused = web.post("/api/queues/noop.ok/pause", data={})
+        refused = web.post("/api/queues/noop.act/pause", data={})
         assert refused.status_code == 403 and "CSRF" in refused.json()["error"]
-        assert not client.get_queue("noop.ok").settings.paused
-        wrong = web.post("/api/queues/noop.ok/pause", headers={"X-CSRF-Token": token + "x"})
+        assert not client.get_queue("noop.act").settings.paused
+        wrong = web.post("/api/queues/noop.act/pause", headers={"X-CSRF-Token": token + "x"})
         assert wrong.status_code == 403
         with structlog.testing.capture_logs() as logs:
             htmx = {"X-CSRF-Token": token, "HX-Request": "true"}
-            done = web.post("/api/queues/noop.ok/pause", headers=htmx, data={"priority": "high"})
-        assert done.status_code == 200 and "noop.ok paused (high)" in done.text
-        assert client.get_queue("noop.ok").settings.paused == ("high",)
+            done = web.post("/api/queues/noop.act/pause", headers=htmx, data={"priority": "high"})
+        assert done.status_code == 200 and "noop.act paused (high)" in done.text
+        assert client.get_queue("noop.act").settings.paused == ("high",)
         assert {
             "event": "dashboard action",
             "action": "pause queue",
             "user": "anonymous",
             "outcome": "done",
         }.items() <= logs[-1].items()
-        assert web.post("/api/queues/noop.ok/resume", data={"csrf": token}).json()["paused"] == []
+        assert web.post("/api/queues/noop.act/resume", data={"csrf": token}).json()["paused"] == []
         # A form's hidden field serves as well as the header.
-        assert web.post("/api/dead/requeue", data={"csrf": token, "dry_run": "true"}).json()["count"] == 1
+        dry = {"csrf": token, "dry_run": "true", "type": "final.act"}
+        assert web.post("/api/dead/requeue", data=dry).json()["count"] == 1
         assert (
             web.post("/api/shards/rebalance", data={"csrf": token, "dry_run": "true"}).json()["applied"]
             is False
@@ -192,14 +234,14 @@ def test_actions_need_the_csrf_token_change_things_and_are_logged(stack):
         assert web.post("/api/schedules/nightly.report/resume", data={"csrf": token}).json()["enabled"]
         ran = web.post("/api/schedules/nightly.report/run", data={"csrf": token}).json()
         assert client.get_job(ran["job_id"]).type == "noop.nightly"
-        requeued = web.post(f"/api/jobs/{ids['dead']}/requeue", data={"csrf": token}).json()
-        assert requeued == {"id": ids["dead"], "requeued": 1}
-        wait_until(lambda: client.get_job(ids["dead"]).attempts == 2, 20)
-        wait_until(lambda: client.get_job(ids["dead"]).status == "dead", 20)
+        requeued = web.post(f"/api/jobs/{dead}/requeue", data={"csrf": token}).json()
+        assert requeued == {"id": dead, "requeued": 1}
+        wait_until(lambda: client.get_job(dead).attempts == 2, 20)
+        wait_until(lambda: client.get_job(dead).status == "dead", 20)
         assert web.post(
-            "/api/dead/purge", json={"type": "final.bad"}, headers={"X-CSRF-Token": token}
+            "/api/dead/purge", json={"type": "final.act"}, headers={"X-CSRF-Token": token}
         ).json() == {"purged": 1}
-        assert client.dead_letters(job_type="final.bad") == []
+        assert client.dead_letters(job_type="final.act") == []
 
 
 def test_the_job_search_filters_pages_and_acts_by_filter(stack):
@@ -233,18 +275,26 @@ def test_the_job_search_filters_pages_and_acts_by_filter(stack):
 
 
 def test_bulk_actions_take_the_search_filter_and_count_first(stack):
-    dispatcher, client, ids = stack
+    dispatcher, client, _ = stack
+    dead = dead_job(client, "final.bulk")
     with dashboard_client(dispatcher.target) as web:
         token = csrf_of(web.get("/jobs").text)
         dry = web.post(
-            "/api/jobs/bulk", data={"csrf": token, "action": "requeue", "status": "dead", "dry_run": "true"}
+            "/api/jobs/bulk",
+            data={
+                "csrf": token,
+                "action": "requeue",
+                "status": "dead",
+                "type": "final.bulk",
+                "dry_run": "true",
+            },
         )
         assert dry.json() == {"action": "requeue", "dry_run": True, "matched": 1, "touched": 0, "more": False}
         done = web.post(
-            "/api/jobs/bulk", data={"csrf": token, "action": "requeue", "type": "final.*", "status": "dead"}
+            "/api/jobs/bulk", data={"csrf": token, "action": "requeue", "type": "final.bu*", "status": "dead"}
         )
         assert done.json()["touched"] == 1
-        wait_until(lambda: client.get_job(ids["dead"]).attempts == 2, 20)
+        wait_until(lambda: client.get_job(dead).attempts == 2, 20)
         bad = web.post("/api/jobs/bulk", data={"csrf": token, "action": "explode"})
         assert bad.status_code == 400 and "action: one of" in bad.json()["error"]
 
@@ -315,7 +365,8 @@ def test_a_dispatcher_that_is_down_shows_a_message_not_a_blank_page(tmp_path):
         assert web.get("/api/queues").status_code == 503
 
 
-def test_without_auth_a_non_loopback_dashboard_refuses_to_serve(dispatcher):
+def test_without_auth_a_non_loopback_dashboard_refuses_to_serve(stack):
+    dispatcher, _, _ = stack
     with dashboard_client(dispatcher.target, listen="0.0.0.0:7080") as web:
         page = web.get("/")
         assert page.status_code == 403 and "loopback only" in page.text
