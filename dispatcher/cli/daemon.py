@@ -35,15 +35,22 @@ def _run(args: argparse.Namespace) -> int:
     ServerSecurity.from_settings(settings)  # bad certificates or tokens: a clear error now, not per child
     import uvloop
 
+    # The dashboard beside the dispatcher: in the supervisor, or in a lone process; never in a
+    # supervised child (they share the supervisor's environment, and one port).
+    dashboard = bool(os.environ.get("SHARDQ_DASHBOARD_LISTEN")) and not settings.shared_listen
+    if dashboard and _missing_dashboard_extra():
+        return 2
     if settings.processes > 1:
         from ..cluster.supervisor import Supervisor
 
+        if dashboard:
+            from .dashboard import with_dashboard
+
+            return int(uvloop.run(with_dashboard(Supervisor(settings).run(), settings.listen)))
         return int(uvloop.run(Supervisor(settings).run()))
     from ..server import run_until_signalled
 
-    if os.environ.get("SHARDQ_DASHBOARD_LISTEN"):
-        if _missing_dashboard_extra():
-            return 2
+    if dashboard:
         from .dashboard import with_dashboard
 
         uvloop.run(with_dashboard(run_until_signalled(settings), settings.listen))

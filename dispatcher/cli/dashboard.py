@@ -6,10 +6,12 @@ import asyncio
 import signal
 import sys
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from shardq_common.errors import ConfigError
 from shardq_common.logs import configure
+
+T = TypeVar("T")
 
 
 def run_dashboard(*, listen: str | None, target: str | None, allow_open: bool | None) -> int:
@@ -45,9 +47,9 @@ def run_dashboard(*, listen: str | None, target: str | None, allow_open: bool | 
     return int(uvloop.run(serve()))
 
 
-async def with_dashboard(dispatcher: Coroutine[Any, Any, None], dispatcher_listen: str) -> None:
-    """Run a dispatcher (until its signal) and the dashboard at SHARDQ_DASHBOARD_LISTEN beside it,
-    calling it at its own address."""
+async def with_dashboard(dispatcher: Coroutine[Any, Any, T], dispatcher_listen: str) -> T:
+    """Run a dispatcher or a supervisor (until its signal) and the dashboard at
+    SHARDQ_DASHBOARD_LISTEN beside it, calling it at its own address; the dispatcher's result."""
     from ..dashboard.serve import start_dashboard
     from ..dashboard.settings import DashboardSettings
 
@@ -59,7 +61,7 @@ async def with_dashboard(dispatcher: Coroutine[Any, Any, None], dispatcher_liste
     running = None
     try:
         running = await start_dashboard(settings)
-        await main
+        return await main
     finally:
         if running is not None:
             await running.stop()

@@ -94,6 +94,7 @@ async def overview_stream(call: Call) -> Response:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                call.request.app.state.dashboard.note_failure(exc)
                 problem = problem_of(exc)
                 message = problem.message if problem else "internal error; see the dashboard's log"
                 yield f"event: problem\ndata: {json.dumps({'error': message})}\n\n"

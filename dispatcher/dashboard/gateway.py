@@ -41,6 +41,16 @@ class Gateway:
             self._clients.move_to_end(key)
         return client
 
+    def reset(self) -> None:
+        """Drop every client: the next calls open new channels. After UNAVAILABLE, a channel waits
+        out gRPC's reconnect backoff (up to two minutes) before it tries again, so a dispatcher
+        back from a restart would stay unreachable that long through the old one."""
+        clients, self._clients = list(self._clients.values()), OrderedDict()
+        for client in clients:
+            task = asyncio.ensure_future(client.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
     async def close(self) -> None:
         clients, self._clients = list(self._clients.values()), OrderedDict()
         for client in clients:

@@ -16,7 +16,7 @@ from . import operations as ops
 from .errors import HTTPProblem, problem_of
 from .rates import Window
 from .sessions import COOKIE, same_token
-from .web import Call, Dashboard, attempt, route, secured
+from .web import Call, Dashboard, route, secured
 
 QUEUES_EVERY_S = 2.0
 MAX_STREAM_S = 600.0
@@ -42,13 +42,15 @@ def _page(call: Call, template: str, **context: Any) -> Response:
 
 @route("page")
 async def overview(call: Call) -> Response:
-    point, error = await attempt(_dash(call.request).ops.overview_point(call.session, Window()))
+    dash = _dash(call.request)
+    point, error = await dash.attempt(dash.ops.overview_point(call.session, Window()))
     return _page(call, "overview.html", point=point, error=error)
 
 
 @route("page")
 async def queues(call: Call) -> Response:
-    rows, error = await attempt(_dash(call.request).ops.queues(call.session))
+    dash = _dash(call.request)
+    rows, error = await dash.attempt(dash.ops.queues(call.session))
     return _page(call, "queues.html", rows=rows or [], error=error)
 
 
@@ -62,7 +64,7 @@ async def queues_stream(call: Call) -> Response:
         loop = asyncio.get_running_loop()
         ends, sent = loop.time() + MAX_STREAM_S, 0
         while loop.time() < ends and not await request.is_disconnected():
-            rows, error = await attempt(dash.ops.queues(session))
+            rows, error = await dash.attempt(dash.ops.queues(session))
             text = dash.templates.get_template("_queue_rows.html").render(
                 rows=rows or [], error=error, session=session, csrf=session.csrf
             )
@@ -97,7 +99,7 @@ async def jobs(call: Call) -> Response:
             call.session, call.inputs, limit=limit, cursor=call.get("cursor"), oldest_first=order == "oldest"
         )
 
-    page, error = await attempt(load())
+    page, error = await dash.attempt(load())
     query = {k: v for k, v in call.inputs.items() if k != "cursor"}
     return _page(call, "jobs.html", error=error, query=query, page=page, **_choices())
 
@@ -108,7 +110,8 @@ def _choices() -> dict[str, Any]:
 
 @route("page")
 async def job(call: Call) -> Response:
-    data, error = await attempt(_dash(call.request).ops.job(call.session, call.request.path_params["id"]))
+    dash = _dash(call.request)
+    data, error = await dash.attempt(dash.ops.job(call.session, call.request.path_params["id"]))
     return _page(call, "job.html", job=data, error=error, job_id=call.request.path_params["id"])
 
 
@@ -116,7 +119,8 @@ async def job(call: Call) -> Response:
 async def job_live(call: Call) -> Response:
     """The job page's live part (state, progress, attempts), polled by htmx while the job is not
     finished; a failed read shows its message in its place."""
-    data, error = await attempt(_dash(call.request).ops.job(call.session, call.request.path_params["id"]))
+    dash = _dash(call.request)
+    data, error = await dash.attempt(dash.ops.job(call.session, call.request.path_params["id"]))
     if data is None:
         return HTMLResponse(
             f'<div id="job-live"><p class="flash error" role="alert">{escape(error)}</p></div>'
@@ -134,13 +138,14 @@ async def dead(call: Call) -> Response:
         after = ops.job_id(filters["after"], "after") if filters["after"] else ""
         return await dash.ops.dead(call.session, name, reason, after, ops.DEAD_PAGE)
 
-    page, error = await attempt(load())
+    page, error = await dash.attempt(load())
     return _page(call, "dead.html", page=page, error=error, filters=filters, reasons=ops.DEAD_REASONS)
 
 
 @route("page")
 async def schedules(call: Call) -> Response:
-    rows, error = await attempt(_dash(call.request).ops.schedules(call.session))
+    dash = _dash(call.request)
+    rows, error = await dash.attempt(dash.ops.schedules(call.session))
     return _page(call, "schedules.html", rows=rows or [], error=error)
 
 
@@ -148,7 +153,7 @@ async def schedules(call: Call) -> Response:
 async def workers(call: Call) -> Response:
     dash = _dash(call.request)
     (found, error), (shard_map, shard_error) = await asyncio.gather(
-        attempt(dash.ops.workers(call.session)), attempt(dash.ops.shards(call.session))
+        dash.attempt(dash.ops.workers(call.session)), dash.attempt(dash.ops.shards(call.session))
     )
     return _page(
         call, "workers.html", workers=found or [], error=error, shards=shard_map, shard_error=shard_error

@@ -45,10 +45,12 @@ async def check_exposure(settings: DashboardSettings, gateway: Gateway) -> bool 
             if exc.code == grpc.StatusCode.UNAUTHENTICATED:
                 auth = True  # refused without a token: the dispatcher checks tokens
                 break
+            gateway.reset()  # a new channel for the next try, not one waiting out its backoff
             if asyncio.get_running_loop().time() >= deadline:
                 log.warning("dispatcher not answering yet; the dashboard starts anyway", error=str(exc))
                 break
             await asyncio.sleep(0.5)
+            client = gateway.client("")
     host, _ = host_port(settings.listen)
     if auth is False and not is_loopback(host) and not settings.allow_open:
         raise ConfigError(

@@ -162,6 +162,24 @@ class Dashboard:
             samesite="strict",
         )
 
+    def note_failure(self, exc: BaseException) -> None:
+        if isinstance(exc, ShardqError) and exc.code == grpc.StatusCode.UNAVAILABLE:
+            self.gateway.reset()
+
+    async def attempt(self, work: Awaitable[Any]) -> tuple[Any, str]:
+        """(the result, "") or (None, the message to show in place of it)."""
+        try:
+            return await work, ""
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.note_failure(exc)
+            problem = problem_of(exc)
+            if problem is None:
+                log.exception("dashboard read failed")
+                return None, "internal error; see the dashboard's log"
+            return None, problem.message
+
     # -- inputs ---------------------------------------------------------------------------------
 
     async def inputs(self, request: Request) -> dict[str, str]:
@@ -263,6 +281,7 @@ def route(kind: Kind, action_name: str = "") -> Callable[[Handler], Callable[[Re
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                dash.note_failure(exc)
                 problem = problem_of(exc)
                 if problem is None:
                     log.exception("dashboard request failed", path=request.url.path)
@@ -294,20 +313,6 @@ def _secured(response: Response) -> Response:
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
     return response
-
-
-async def attempt(work: Awaitable[Any]) -> tuple[Any, str]:
-    """(the result, "") or (None, the message to show in place of it)."""
-    try:
-        return await work, ""
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        problem = problem_of(exc)
-        if problem is None:
-            log.exception("dashboard read failed")
-            return None, "internal error; see the dashboard's log"
-        return None, problem.message
 
 
 def outcome(call: Call, data: dict[str, Any], message: str) -> Response:

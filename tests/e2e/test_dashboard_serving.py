@@ -10,6 +10,7 @@ import sys
 import threading
 
 import httpx
+import pytest
 
 from tests.support.ports import free_port
 from tests.support.wait import wait_until
@@ -22,16 +23,32 @@ def _get(url: str) -> httpx.Response | None:
         return None
 
 
-def test_a_dispatcher_serves_the_dashboard_at_shardq_dashboard_listen(start_dispatcher, redis_url, tmp_path):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_dispatcher_serves_the_dashboard_at_shardq_dashboard_listen(
+    start_dispatcher, redis_url, tmp_path, processes
+):
+    """One process serves it beside itself; a supervisor serves one for its children (not each
+    child: they share its environment), summing every child's counters."""
     port = free_port()
     dispatcher = start_dispatcher(
-        redis_url, f"sqlite:///{tmp_path}/shardq.sqlite3", dashboard_listen=f"127.0.0.1:{port}"
+        redis_url,
+        f"sqlite:///{tmp_path}/shardq.sqlite3",
+        dashboard_listen=f"127.0.0.1:{port}",
+        processes=processes,
     )
     base = f"http://127.0.0.1:{port}"
     wait_until(lambda: (r := _get(base + "/healthz")) is not None and r.status_code == 200, 20)
     assert httpx.get(base + "/api/me").json()["role"] == "admin"
     overview = httpx.get(base + "/api/overview").json()
-    assert overview["processes"] == 1 and set(overview["depth"]) == {"delayed", "ready", "leased", "dead"}
+    if processes > 1:  # the members' counters are read once the shard map lists them all
+        wait_until(lambda: httpx.get(base + "/api/overview").json()["processes"] == processes, 20, 0.5)
+        overview = httpx.get(base + "/api/overview").json()
+    assert overview["processes"] == processes and set(overview["depth"]) == {
+        "delayed",
+        "ready",
+        "leased",
+        "dead",
+    }
     dispatcher.signal(signal.SIGTERM)
     assert dispatcher.process is not None and dispatcher.process.wait(30) == 0
     assert _get(base + "/healthz") is None
