@@ -141,6 +141,12 @@ async def cancel_job(call: Call) -> Response:
     return outcome(call, data, f"cancel: the job is {data['status']}")
 
 
+@route("action", "run job now")
+async def run_job_now(call: Call) -> Response:
+    data = await _ops(call).run_now(call.session, call.request.path_params["id"])
+    return outcome(call, data, "runs now")
+
+
 @route("action", "requeue job")
 async def requeue_job(call: Call) -> Response:
     data = await _ops(call).requeue(call.session, call.request.path_params["id"])
@@ -328,6 +334,14 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         (Param("id", "path", "job id", True),),
         action=True,
     ),  # fmt: skip
+    Endpoint(
+        "POST",
+        "/api/jobs/{id}/run-now",
+        "run a delayed (waiting or retrying) job now",
+        run_job_now,
+        (Param("id", "path", "job id", True),),
+        action=True,
+    ),
     Endpoint(
         "POST",
         "/api/jobs/{id}/requeue",

@@ -6,7 +6,10 @@ import grpc
 
 from worker_sdk import ShardqError
 
-from .operations import BadInput
+
+class BadInput(ValueError):
+    """A request's field is wrong: HTTP 400 with this message, and nothing was done."""
+
 
 _HTTP = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from shardq_common.clock import wall_ms
 from worker_sdk import DEAD_REASONS, AsyncClient, JobFilter, JobInfo, QueueStats, StatsSnapshot
 
+from .errors import BadInput, HTTPProblem
 from .gateway import Gateway
 from .rates import RATE_FIELDS, Window, sample_of
 from .sessions import Session
@@ -40,10 +41,6 @@ STATES = ("delayed", "ready", "leased", "dead")
 _JOB_ID = re.compile(r"[A-Za-z0-9_\-]{1,64}")
 _JOB_TYPE = re.compile(r"[A-Za-z0-9_.:/\-]{1,200}")
 _SCHEDULE = re.compile(r"[A-Za-z0-9_.:/\-]{1,200}")
-
-
-class BadInput(ValueError):
-    """A request's field is wrong: HTTP 400 with this message, and nothing was done."""
 
 
 def job_id(value: str, field: str = "job_id") -> str:
@@ -340,6 +337,30 @@ class Operations:
         status = await self.client(session).cancel(job_id(ident))
         return {"id": ident, "status": status}
 
+    async def run_now(self, session: Session, ident: str) -> dict[str, Any]:
+        """A delayed job (waiting for its time, or for its retry) runs now: the bulk run-now action
+        over a filter that selects this job alone (its type, delayed, created in its id's
+        millisecond), refused when the dry run finds another job it cannot tell apart."""
+        client = self.client(session)
+        job = await client.get_job(job_id(ident))
+        if job.status != "delayed":
+            raise HTTPProblem(409, f"run now: the job is {job.status}; only a delayed job can run now")
+        created_s = _id_millis(ident) / 1000
+        only = JobFilter(
+            types=(job.type,),
+            statuses=("delayed",),
+            created_after=created_s,
+            created_before=created_s + 0.001,
+        )
+        found = await client.bulk_jobs("run_now", only, dry_run=True)
+        if found.matched != 1:
+            raise HTTPProblem(
+                409,
+                f"run now: {found.matched} delayed jobs share its type and millisecond; use the search",
+            )
+        done = await client.bulk_jobs("run_now", only)
+        return {"id": ident, "ran_now": done.touched}
+
     async def requeue(self, session: Session, ident: str) -> dict[str, Any]:
         n = await self.client(session).requeue_dead([job_id(ident)])
         return {"id": ident, "requeued": n}
@@ -483,6 +504,18 @@ def _type_rates(
         name: {f: round(max(0, counts[f] - before.get(name, {}).get(f, 0)) / seconds, 2) for f in RATE_FIELDS}
         for name, counts in now.items()
     }
+
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def _id_millis(ident: str) -> int:
+    """The milliseconds in a job id (its first 10 Crockford base32 characters, as in a ULID): when
+    it was made, or a schedule's occurrence for its jobs. What the search's created filter reads."""
+    value = 0
+    for ch in ident[:10].upper():
+        value = value * 32 + _CROCKFORD.index(ch)
+    return value
 
 
 def _zone(name: str) -> ZoneInfo | None:

@@ -241,6 +241,15 @@ def test_actions_need_the_csrf_token_change_things_and_are_logged(stack):
         assert web.post(
             "/api/dead/purge", json={"type": "final.act"}, headers={"X-CSRF-Token": token}
         ).json() == {"purged": 1}
+        later = client.enqueue("noop.act", {"later": True}, delay=3600)
+        assert "Run now" in web.get(f"/jobs/{later}").text
+        assert web.post(f"/api/jobs/{later}/run-now", data={"csrf": token}).json() == {
+            "id": later,
+            "ran_now": 1,
+        }
+        wait_until(lambda: client.get_job(later).status == "succeeded", 20)
+        again = web.post(f"/api/jobs/{later}/run-now", data={"csrf": token})
+        assert again.status_code == 409 and "only a delayed job" in again.json()["error"]
         assert client.dead_letters(job_type="final.act") == []
 
 
