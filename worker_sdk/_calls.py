@@ -130,8 +130,11 @@ def list_jobs(
     return Call(JOBS, "ListJobs", request, lambda reply: JobPage.from_pb(reply, with_total))
 
 
-def bulk_jobs(action: str, job_filter: JobFilter | None, dry_run: bool, limit: int) -> Call[BulkResult]:
-    return Call(JOBS, "BulkJobs", bulk_request(action, job_filter, dry_run, limit), BulkResult.from_pb)
+def bulk_jobs(
+    action: str, job_filter: JobFilter | None, dry_run: bool, limit: int, after_id: str
+) -> Call[BulkResult]:
+    request = bulk_request(action, job_filter, dry_run, limit, after_id)
+    return Call(JOBS, "BulkJobs", request, BulkResult.from_pb)
 
 
 def version() -> Call[VersionInfo]:

@@ -375,15 +375,22 @@ class Client(_ClientOptions):
         )
 
     def bulk_jobs(
-        self, action: str, job_filter: JobFilter | None = None, *, dry_run: bool = False, limit: int = 0
+        self,
+        action: str,
+        job_filter: JobFilter | None = None,
+        *,
+        dry_run: bool = False,
+        limit: int = 0,
+        after_id: str = "",
     ) -> BulkResult:
         """Apply ``action`` (one of "cancel", "requeue", "run_now", "delete") to the jobs
         ``job_filter`` selects among those it applies to: cancel delayed, ready and leased jobs;
         requeue dead ones; run delayed ones (a future run or a retry's backoff) now; delete
-        succeeded, cancelled and dead ones. At most ``limit`` jobs a call (0: 10,000; at most
-        100,000): ``BulkResult.more`` says when to call again. ``dry_run`` counts and changes
-        nothing. Admin only."""
-        return self._send(calls.bulk_jobs(action, job_filter, dry_run, limit))
+        succeeded, cancelled and dead ones. Jobs are taken oldest first, at most ``limit`` a call
+        (0: 10,000; at most 100,000): when ``BulkResult.more``, call again with
+        ``after_id=result.last_id`` for the rest. ``dry_run`` counts and changes nothing. Admin
+        only."""
+        return self._send(calls.bulk_jobs(action, job_filter, dry_run, limit, after_id))
 
     # -- the cluster -----------------------------------------------------------------------
 
@@ -686,9 +693,15 @@ class AsyncClient(_ClientOptions):
         )
 
     async def bulk_jobs(
-        self, action: str, job_filter: JobFilter | None = None, *, dry_run: bool = False, limit: int = 0
+        self,
+        action: str,
+        job_filter: JobFilter | None = None,
+        *,
+        dry_run: bool = False,
+        limit: int = 0,
+        after_id: str = "",
     ) -> BulkResult:
-        return await self._send(calls.bulk_jobs(action, job_filter, dry_run, limit))
+        return await self._send(calls.bulk_jobs(action, job_filter, dry_run, limit, after_id))
 
     # -- the cluster -----------------------------------------------------------------------
 

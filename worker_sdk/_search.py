@@ -115,12 +115,14 @@ class BulkResult:
     matched: int
     #: The jobs it changed (0 with dry_run).
     touched: int
-    #: It stopped at its limit: call again for the rest.
+    #: It stopped at its limit: call again with ``after_id=last_id`` for the rest.
     more: bool
+    #: The last job it selected ("" when none).
+    last_id: str = ""
 
     @classmethod
     def from_pb(cls, reply: pb.BulkJobsResponse) -> BulkResult:
-        return cls(int(reply.matched), int(reply.touched), bool(reply.more))
+        return cls(int(reply.matched), int(reply.touched), bool(reply.more), reply.last_id)
 
 
 def list_request(
@@ -141,12 +143,15 @@ def list_request(
     )
 
 
-def bulk_request(action: str, job_filter: JobFilter | None, dry_run: bool, limit: int) -> pb.BulkJobsRequest:
+def bulk_request(
+    action: str, job_filter: JobFilter | None, dry_run: bool, limit: int, after_id: str
+) -> pb.BulkJobsRequest:
     return pb.BulkJobsRequest(
         action=_named(BULK_ACTIONS, action, "bulk action"),
         filter=(job_filter or JobFilter()).to_pb(),
         dry_run=dry_run,
         limit=limit,
+        after_id=after_id,
     )
 
 

@@ -12,7 +12,9 @@ agree afterwards as they do after one job's action:
   finished a moment ago keeps its row until its status write is on disk and Redis forgot it.
 
 The filter selects among the jobs the action applies to (its states, intersected with the filter's).
-Jobs are taken oldest first by id, ``BATCH`` at a time, at most the call's limit.
+Jobs are taken oldest first by id, ``BATCH`` at a time, at most the call's limit; the next call goes
+on after the last id (a job the action could not change, or whose row has not followed Redis yet,
+is not taken again).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class BulkOutcome:
     matched: int
     touched: int
     more: bool
+    last_id: str
 
 
 def action(value: int) -> int:
@@ -97,10 +100,12 @@ class BulkActions:
         self.loops = loops
         self.requeue = requeue  # RequeueDead's path (JobService._requeue)
 
-    async def run(self, bulk_action: int, query: JobQuery, max_jobs: int, dry_run: bool) -> BulkOutcome:
+    async def run(
+        self, bulk_action: int, query: JobQuery, max_jobs: int, dry_run: bool, after_id: str = ""
+    ) -> BulkOutcome:
         query = narrowed(query, bulk_action)
         matched = touched = 0
-        after = ""
+        after = after_id
         more = False
         while matched < max_jobs:
             want = min(BATCH, max_jobs - matched)
@@ -123,7 +128,7 @@ class BulkActions:
             more=more,
             dry_run=dry_run,
         )
-        return BulkOutcome(matched, touched, more)
+        return BulkOutcome(matched, touched, more, after)
 
     async def _apply(self, bulk_action: int, selected: Selected) -> int:
         if bulk_action == pb.BULK_ACTION_CANCEL:

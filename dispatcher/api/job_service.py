@@ -403,9 +403,9 @@ class JobService(pb_grpc.JobServiceServicer):
         digest = search.digest(newest_first)
         after = job_filter.decode_cursor(request.cursor, digest, newest_first) if request.cursor else ""
         query = await self._resolve(search)
-        # This process's status writes first: what it changed is in the rows read (another
-        # process's lag by SHARDQ_FLUSH_INTERVAL_MS at most; Redis's state is overlaid below).
-        await self.writer.flush()
+        # No flush of the status writer first (a dashboard polling would make it commit early, on
+        # the hot path): the rows lag Redis by SHARDQ_FLUSH_INTERVAL_MS at most, and Redis's state
+        # is overlaid below.
         rows = await self.store.search_jobs(query, limit + 1, after, newest_first=newest_first)
         more = len(rows) > limit
         rows = [r for r in rows[:limit] if auth.may_use(r.type)]
@@ -431,10 +431,13 @@ class JobService(pb_grpc.JobServiceServicer):
     async def BulkJobs(self, request: pb.BulkJobsRequest, context: Any) -> pb.BulkJobsResponse:
         action = bulk_actions.action(request.action)
         max_jobs = bulk_actions.limit(request.limit)
+        after_id = validation.job_id(request.after_id, "after_id") if request.after_id else ""
         query = await self._resolve(job_filter.parse(request.filter))
         await self.writer.flush()  # the rows read are as this process's transitions left them
-        outcome = await self.bulk.run(action, query, max_jobs, request.dry_run)
-        return pb.BulkJobsResponse(matched=outcome.matched, touched=outcome.touched, more=outcome.more)
+        outcome = await self.bulk.run(action, query, max_jobs, request.dry_run, after_id)
+        return pb.BulkJobsResponse(
+            matched=outcome.matched, touched=outcome.touched, more=outcome.more, last_id=outcome.last_id
+        )
 
     async def _resolve(self, search: job_filter.SearchFilter) -> JobQuery:
         """The filter's types made exact (patterns, scope); the DB's types are read only if needed."""

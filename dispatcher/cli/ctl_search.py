@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -82,8 +83,6 @@ def _time(ms: int) -> str:
 
 
 def _json(job: JobInfo) -> dict[str, Any]:
-    from dataclasses import asdict
-
     data = asdict(job)
     data["payload"] = job.payload.decode(errors="replace")
     data["result"] = job.result.decode(errors="replace")
@@ -137,13 +136,17 @@ def cmd_bulk(client: Client, args: argparse.Namespace) -> Any:
         return {"would_touch": found.matched, "more": found.more}, text
     touched = matched = 0
     left = args.limit or None
+    after_id = ""
     while True:
-        result = client.bulk_jobs(action, selected, limit=min(JOBS_PER_CALL, left or JOBS_PER_CALL))
+        result = client.bulk_jobs(
+            action, selected, limit=min(JOBS_PER_CALL, left or JOBS_PER_CALL), after_id=after_id
+        )
         touched += result.touched
         matched += result.matched
+        after_id = result.last_id
         if left is not None:
             left -= result.matched
-        if not result.more or result.matched == 0 or (left is not None and left <= 0):
+        if not result.more or (left is not None and left <= 0):
             break
         print(f"{done} {touched} so far...", file=sys.stderr)
     return {"matched": matched, "touched": touched}, f"{touched} job(s) {done} ({matched} matched)"

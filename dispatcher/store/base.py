@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
@@ -15,7 +15,7 @@ from shardq_common.errors import ConfigError, StoreUnavailable
 from .queue_settings import QueueSettingsQueries
 from .retention import RetentionQueries, delete_attempts
 from .schedules import ScheduleQueries
-from .search import SearchQueries
+from .search import JobQuery, SearchQueries
 
 COLUMNS = (
     "id, type, shard, priority, payload, status, run_at, lease_until, attempts, failures, expirations, "
@@ -456,6 +456,24 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
                 rows = await tx.execute(f"SELECT {COLUMNS} FROM jobs WHERE id IN ({marks})", chunk)
                 out += [JobRow.from_row(r) for r in rows]
         return out
+
+    async def search_jobs(
+        self, query: JobQuery, limit: int, after_id: str = "", *, newest_first: bool = True
+    ) -> list[JobRow]:
+        """Up to ``limit`` rows matching ``query``, by id (newest or oldest first), after ``after_id``
+        in that order."""
+        if query.matches_nothing():
+            return []
+        if not newest_first and not after_id and query.finished_after_ms is not None:
+            floor = await self.finished_floor(query)
+            if floor is None:
+                return []
+            if floor > query.min_id:
+                query = replace(query, min_id=floor)
+        sql, params = query.page(self.backend, COLUMNS, limit, after_id, newest_first)
+        async with self.search_transaction() as tx:
+            rows = await tx.execute(sql, params)
+        return [JobRow.from_row(r) for r in rows]
 
     async def active_ids(self, shard: int) -> AsyncIterator[list[str]]:
         """The ids of the shard's non-terminal jobs, in pages."""

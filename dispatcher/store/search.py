@@ -27,7 +27,7 @@ import grpc
 from shardq_common.errors import DispatcherError
 
 if TYPE_CHECKING:
-    from .base import JobRow, Tx
+    from .base import Tx
 
 #: Most job types the loose scan of ``jobs_type_id`` lists (one index probe per type).
 MAX_TYPES = 10_000
@@ -39,6 +39,9 @@ COUNT_CAP = 10_000
 SEARCH_TIMEOUT_MS = 5_000
 #: PostgreSQL: an exact count that takes longer gives way to the planner's estimate.
 COUNT_TIMEOUT_MS = 100
+#: PostgreSQL: the lookup of where the jobs finished since a time start (finished_floor) gives up
+#: after this long, and the search walks from the oldest job.
+FLOOR_TIMEOUT_MS = 80
 
 
 class SearchTooSlow(DispatcherError):
@@ -213,19 +216,12 @@ class SearchQueries:
             rows = await tx.execute(_TYPES, (MAX_TYPES,))
         return [str(r[0]) for r in rows]
 
-    async def search_jobs(
-        self, query: JobQuery, limit: int, after_id: str = "", *, newest_first: bool = True
-    ) -> list[JobRow]:
-        """Up to ``limit`` rows matching ``query``, by id (newest or oldest first), after ``after_id``
-        in that order."""
-        from .base import COLUMNS, JobRow
-
-        if query.matches_nothing():
-            return []
-        sql, params = query.page(self.backend, COLUMNS, limit, after_id, newest_first)
-        async with self.search_transaction() as tx:
-            rows = await tx.execute(sql, params)
-        return [JobRow.from_row(r) for r in rows]
+    async def finished_floor(self, query: JobQuery) -> str | None:
+        """A lower bound of the ids of the jobs that finished at or after ``query.finished_after_ms``
+        ("" when it is not known; None when no job did), for a search oldest first: without it the
+        walk starts at the oldest job, though the jobs that finished lately were mostly created
+        lately. Here: unknown; PostgreSQL looks it up in ``jobs_finished`` within a time bound."""
+        return ""
 
     async def search_ids(
         self, query: JobQuery, limit: int, after_id: str = ""

@@ -496,26 +496,30 @@ class ListJobsResponse(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_cursor: _Optional[str] = ..., total: _Optional[int] = ..., total_exact: _Optional[bool] = ...) -> None: ...
 
 class BulkJobsRequest(_message.Message):
-    __slots__ = ("action", "filter", "dry_run", "limit")
+    __slots__ = ("action", "filter", "dry_run", "limit", "after_id")
     ACTION_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    AFTER_ID_FIELD_NUMBER: _ClassVar[int]
     action: BulkAction
     filter: JobFilter
     dry_run: bool
     limit: int
-    def __init__(self, action: _Optional[_Union[BulkAction, str]] = ..., filter: _Optional[_Union[JobFilter, _Mapping]] = ..., dry_run: _Optional[bool] = ..., limit: _Optional[int] = ...) -> None: ...
+    after_id: str
+    def __init__(self, action: _Optional[_Union[BulkAction, str]] = ..., filter: _Optional[_Union[JobFilter, _Mapping]] = ..., dry_run: _Optional[bool] = ..., limit: _Optional[int] = ..., after_id: _Optional[str] = ...) -> None: ...
 
 class BulkJobsResponse(_message.Message):
-    __slots__ = ("matched", "touched", "more")
+    __slots__ = ("matched", "touched", "more", "last_id")
     MATCHED_FIELD_NUMBER: _ClassVar[int]
     TOUCHED_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ID_FIELD_NUMBER: _ClassVar[int]
     matched: int
     touched: int
     more: bool
-    def __init__(self, matched: _Optional[int] = ..., touched: _Optional[int] = ..., more: _Optional[bool] = ...) -> None: ...
+    last_id: str
+    def __init__(self, matched: _Optional[int] = ..., touched: _Optional[int] = ..., more: _Optional[bool] = ..., last_id: _Optional[str] = ...) -> None: ...
 
 class WhoAmIRequest(_message.Message):
     __slots__ = ()

@@ -111,6 +111,12 @@ def test_run_now_runs_a_job_delayed_far_ahead_now(dispatcher, redis_url, db_url,
     with Client(dispatcher.target) as client:
         far = [client.enqueue("noop.later", {"i": i}, delay=30 * 86_400) for i in range(3)]
         untouched = client.enqueue("noop.later", {"i": 9}, delay=30 * 86_400)
+        # Calls go on after the last job the previous one selected, whatever became of it.
+        all_four = JobFilter(types=("noop.later",))
+        first = client.bulk_jobs("run_now", all_four, dry_run=True, limit=3)
+        assert (first.matched, first.more, first.last_id) == (3, True, sorted([*far, untouched])[2])
+        rest = client.bulk_jobs("run_now", all_four, dry_run=True, limit=3, after_id=first.last_id)
+        assert (rest.matched, rest.more, rest.last_id) == (1, False, max(*far, untouched))
         start_worker(dispatcher.target, types="noop.later")
         chosen = JobFilter(types=("noop.later",), payload={"i": 0})
         assert client.bulk_jobs("run_now", chosen, dry_run=True).matched == 1
@@ -179,6 +185,7 @@ def test_bulk_actions_are_the_admins_and_bad_requests_change_nothing(start_dispa
                 raise AssertionError(f"a producer ran a bulk {action}")
         for call, field in (
             (lambda: admin.bulk_jobs("cancel", limit=100_001), "limit"),
+            (lambda: admin.bulk_jobs("cancel", after_id="not an id\n"), "after_id"),
             (lambda: admin.bulk_jobs("cancel", JobFilter(payload={"a b": 1})), "filter.payload[0].path"),
         ):
             try:

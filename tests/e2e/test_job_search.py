@@ -101,6 +101,10 @@ def test_each_filter_selects_exactly_its_jobs(dispatcher, db_url):
         assert found(created_after=t0 / 1000, created_before=t1 / 1000) == set(charges) | {refund}
         assert found(finished_after=t1 / 1000) == {charges[1], charges[0]}
         assert found(finished_before=t1 / 1000 + 0.001) == {charges[1]}
+        # Oldest first, PostgreSQL starts at the first job that finished since (finished_floor).
+        since = JobFilter(finished_after=t1 / 1000)
+        assert _ids(client, since, oldest_first=True) == sorted([charges[0], charges[1]])
+        assert _ids(client, JobFilter(finished_after=time.time() + 3600), oldest_first=True) == []
         assert found(idempotency_key="refund-7") == {refund}
         assert found(idempotency_key="refund-7", types=("email.send",)) == set()
         assert found(schedule="nightly") == {charges[2]}
