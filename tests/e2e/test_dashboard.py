@@ -298,7 +298,8 @@ def test_bulk_actions_take_the_search_filter_and_count_first(stack):
                 "dry_run": "true",
             },
         )
-        assert dry.json() == {"action": "requeue", "dry_run": True, "matched": 1, "touched": 0, "more": False}
+        counted = {"action": "requeue", "dry_run": True, "matched": 1, "touched": 0, "more": False}
+        assert counted.items() <= dry.json().items()
         done = web.post(
             "/api/jobs/bulk", data={"csrf": token, "action": "requeue", "type": "final.bu*", "status": "dead"}
         )
