@@ -78,7 +78,10 @@ def main() -> None:
         print(f"dispatcher ready in {time.monotonic() - t0:.0f} s")
         app = build_app(DashboardSettings(target=dispatcher.target))
         with TestClient(app, base_url="http://127.0.0.1") as web:
-            first = web.get("/api/jobs?limit=1").json()["jobs"][0]["id"]
+            found = web.get("/api/jobs?limit=1")
+            if found.status_code != 200:
+                raise SystemExit(f"/api/jobs: {found.status_code} {found.text[:300]}")
+            first = found.json()["jobs"][0]["id"]
             print(f"\nserver-side times, {args.rows:,} jobs in the DB, ms (first / median of {args.runs})")
             for label, path in ROUTES:
                 path = path.replace("{id}", first)
