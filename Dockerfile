@@ -19,8 +19,8 @@ COPY worker_sdk ./worker_sdk
 COPY shardmap ./shardmap
 COPY shardq_common ./shardq_common
 
-# The dispatcher extra: the daemon's dependencies (a worker's image installs `shardq` alone).
-RUN pip wheel --wheel-dir /wheels '.[dispatcher]'
+# The dispatcher and dashboard extras: the daemon and its web dashboard (a worker's image installs `shardq` alone).
+RUN pip wheel --wheel-dir /wheels '.[dispatcher,dashboard]'
 
 # -- final: the wheels installed, no build tools, a non-root user -----------------------
 FROM python:3.11-slim
@@ -34,7 +34,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # The wheels are bind-mounted from the builder, so they never land in a layer of this image.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels 'shardq[dispatcher]'
+    pip install --no-index --find-links=/wheels 'shardq[dispatcher,dashboard]'
 
 RUN groupadd --system --gid 10001 shardq \
     && useradd --system --uid 10001 --gid 10001 --home-dir /home/shardq --create-home \

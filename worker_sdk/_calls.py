@@ -13,11 +13,14 @@ from shardq_common.pb import shardq_pb2 as pb
 from . import _tracing
 from ._convert import (
     STATUS_NAMES,
+    Identity,
     JobInfo,
     QueueStats,
     RebalancePlan,
     ShardMap,
+    StatsSnapshot,
     VersionInfo,
+    WorkerInfo,
     dead_filter,
     job_spec,
 )
@@ -31,6 +34,7 @@ JOBS = "JobService"
 SHARDS = "ShardService"
 SCHEDULES = "ScheduleService"
 QUEUES = "QueueService"
+WORKERS = "WorkerService"
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,18 @@ def cancel(job_id: str) -> Call[str]:
 
 def stats() -> Call[list[QueueStats]]:
     return Call(JOBS, "Stats", pb.StatsRequest(), _queue_stats)
+
+
+def stats_snapshot(counters_only: bool) -> Call[StatsSnapshot]:
+    return Call(JOBS, "Stats", pb.StatsRequest(counters_only=counters_only), StatsSnapshot.from_pb)
+
+
+def whoami() -> Call[Identity]:
+    return Call(JOBS, "WhoAmI", pb.WhoAmIRequest(), Identity.from_pb)
+
+
+def workers() -> Call[list[WorkerInfo]]:
+    return Call(WORKERS, "ListWorkers", pb.ListWorkersRequest(), _workers)
 
 
 def dead_letters(job_type: str | None, reason: str | None, limit: int, after_id: str) -> Call[list[JobInfo]]:
@@ -204,6 +220,10 @@ def _status_name(reply: pb.CancelJobResponse) -> str:
 
 def _queue_stats(reply: pb.StatsResponse) -> list[QueueStats]:
     return [QueueStats.from_pb(q) for q in reply.queues]
+
+
+def _workers(reply: pb.ListWorkersResponse) -> list[WorkerInfo]:
+    return [WorkerInfo.from_pb(w, reply.dispatcher_id) for w in reply.workers]
 
 
 def _jobs(reply: pb.ListDeadResponse) -> list[JobInfo]:

@@ -21,7 +21,17 @@ from . import _calls as calls
 from . import _tracing
 from . import _waiting as waiting
 from ._calls import Call
-from ._convert import JobInfo, QueueStats, RebalancePlan, ShardMap, VersionInfo, job_spec
+from ._convert import (
+    Identity,
+    JobInfo,
+    QueueStats,
+    RebalancePlan,
+    ShardMap,
+    StatsSnapshot,
+    VersionInfo,
+    WorkerInfo,
+    job_spec,
+)
 from ._errors import from_rpc_error
 from ._pipelining import EnqueuePipeline
 from ._queues import QueueInfo, QueueSettings
@@ -78,6 +88,7 @@ def _stubs(channel: grpc.Channel | grpc.aio.Channel) -> dict[str, Any]:
         calls.SHARDS: pb_grpc.ShardServiceStub(channel),
         calls.SCHEDULES: pb_grpc.ScheduleServiceStub(channel),
         calls.QUEUES: pb_grpc.QueueServiceStub(channel),
+        calls.WORKERS: pb_grpc.WorkerServiceStub(channel),
     }
 
 
@@ -306,6 +317,18 @@ class Client(_ClientOptions):
     def stats(self) -> list[QueueStats]:
         """Jobs delayed, ready, leased and dead per job type and priority."""
         return self._send(calls.stats())
+
+    def stats_snapshot(self, *, counters_only: bool = False) -> StatsSnapshot:
+        """Stats with the answering process's counters (see :class:`StatsSnapshot`)."""
+        return self._send(calls.stats_snapshot(counters_only))
+
+    def whoami(self) -> Identity:
+        """Who this client's token stands for."""
+        return self._send(calls.whoami())
+
+    def workers(self) -> list[WorkerInfo]:
+        """The workers connected to the target dispatcher process (each process lists its own)."""
+        return self._send(calls.workers())
 
     def dead_letters(
         self, *, job_type: str | None = None, reason: str | None = None, limit: int = 100, after_id: str = ""
@@ -636,6 +659,15 @@ class AsyncClient(_ClientOptions):
 
     async def stats(self) -> list[QueueStats]:
         return await self._send(calls.stats())
+
+    async def stats_snapshot(self, *, counters_only: bool = False) -> StatsSnapshot:
+        return await self._send(calls.stats_snapshot(counters_only))
+
+    async def whoami(self) -> Identity:
+        return await self._send(calls.whoami())
+
+    async def workers(self) -> list[WorkerInfo]:
+        return await self._send(calls.workers())
 
     async def dead_letters(
         self, *, job_type: str | None = None, reason: str | None = None, limit: int = 100, after_id: str = ""

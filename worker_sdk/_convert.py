@@ -171,7 +171,6 @@ class JobInfo:
     #: From a search: payload or result cut to its max_payload_bytes, last_error to its end
     #: (get_job returns them whole).
     truncated: bool = False
-
     #: Its runs, oldest first (the latest 100): worker, times, outcome, error and traceback of each.
     attempt_history: tuple[AttemptInfo, ...] = ()
     #: The handler's latest ``ctx.progress(...)`` report (a number or a dict); None: none yet.
@@ -335,3 +334,98 @@ class VersionInfo:
     @classmethod
     def from_pb(cls, v: pb.GetVersionResponse) -> VersionInfo:
         return cls(version=v.version, protocol=v.protocol, shard_count=v.shard_count)
+
+
+@dataclass(frozen=True)
+class TypeCounters:
+    """A dispatcher process's cumulative counts for one job type since it started."""
+
+    enqueued: int = 0
+    #: Leases handed to workers.
+    started: int = 0
+    succeeded: int = 0
+    #: Handler failures reported by workers.
+    failed: int = 0
+    dead_lettered: int = 0
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    """Stats with the answering process's counters: rates are the difference of two snapshots of one
+    process (the same ``dispatcher_id`` and ``started_at_ms``) over their ``sampled_at_ms``."""
+
+    #: Depth by state, cluster-wide (empty when only the counters were asked for).
+    queues: tuple[QueueStats, ...]
+    dispatcher_id: str
+    sampled_at_ms: int
+    #: When the process began counting (another value: it restarted, its counters began anew).
+    started_at_ms: int
+    #: Job type -> its counters in this process.
+    counters: dict[str, TypeCounters]
+    #: Enqueue-to-start latency: bucket bounds in seconds and cumulative counts, +Inf last.
+    latency_bounds_s: tuple[float, ...]
+    latency_counts: tuple[int, ...]
+
+    @classmethod
+    def from_pb(cls, r: pb.StatsResponse) -> StatsSnapshot:
+        return cls(
+            queues=tuple(QueueStats.from_pb(q) for q in r.queues),
+            dispatcher_id=r.dispatcher_id,
+            sampled_at_ms=r.sampled_at_ms,
+            started_at_ms=r.started_at_ms,
+            counters={
+                c.type: TypeCounters(c.enqueued, c.started, c.succeeded, c.failed, c.dead_lettered)
+                for c in r.counters
+            },
+            latency_bounds_s=tuple(r.enqueue_to_start.bounds_s),
+            latency_counts=tuple(r.enqueue_to_start.counts),
+        )
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker stream connected to a dispatcher process."""
+
+    worker_id: str
+    job_types: tuple[str, ...]
+    concurrency: int
+    #: Leases it holds now.
+    in_flight: int
+    connected_at_ms: int
+    #: Its last message (heartbeat, results or credit).
+    last_seen_ms: int
+    peer: str
+    draining: bool
+    #: The dispatcher process it is connected to.
+    dispatcher_id: str
+
+    @classmethod
+    def from_pb(cls, w: pb.ConnectedWorker, dispatcher_id: str) -> WorkerInfo:
+        return cls(
+            worker_id=w.worker_id,
+            job_types=tuple(w.job_types),
+            concurrency=w.concurrency,
+            in_flight=w.in_flight,
+            connected_at_ms=w.connected_at_ms,
+            last_seen_ms=w.last_seen_ms,
+            peer=w.peer,
+            draining=w.draining,
+            dispatcher_id=dispatcher_id,
+        )
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the client's token stands for, as the dispatcher sees it."""
+
+    name: str
+    #: producer, worker, viewer, admin or peer.
+    role: str
+    #: The token's job-type patterns; empty: every type.
+    types: tuple[str, ...]
+    #: False: the dispatcher checks no tokens (every caller is an anonymous admin).
+    auth: bool
+
+    @classmethod
+    def from_pb(cls, r: pb.WhoAmIResponse) -> Identity:
+        return cls(name=r.name, role=r.role, types=tuple(r.types), auth=r.auth)

@@ -5,12 +5,13 @@ also separates entries): one token per line, ``#`` starts a comment::
 
     sha256:<64 hex digits>  role=producer  types=billing.*,email.send  name=billing-api
     <the token itself>      role=worker    types=resize
+    sha256:<64 hex digits>  role=viewer    types=billing.* name=billing-oncall
     sha256:<64 hex digits>  role=admin     name=ops
 
 The first field is the token, or ``sha256:`` and the hex SHA-256 of its UTF-8 bytes (so the file
 need not hold the secret: ``printf %s "$TOKEN" | sha256sum``). A plain token must be at least 16
 characters. ``types`` are comma-separated patterns (``*``, ``?``, ``[...]``, matched against the
-whole job type); without it a producer or worker token covers every type. ``name`` labels the
+whole job type); without it a producer, worker or viewer token covers every type. ``name`` labels the
 token in logs (default ``<role>@line<n>``). Admin tokens have no type scope.
 
 A token is checked by comparing SHA-256 digests with ``hmac.compare_digest`` against every entry,
@@ -38,13 +39,16 @@ class Role(StrEnum):
     PRODUCER = "producer"
     #: Connects a worker stream for the job types of its scope and reads the shard map.
     WORKER = "worker"
+    #: Reads everything an operator looks at (jobs, stats, dead letters, schedules, queues, workers,
+    #: the shard map) within its type scope, and changes nothing: the dashboard's read-only role.
+    VIEWER = "viewer"
     #: Everything in the table: dead-letter queue, rebalancing, schedules, and what the others may do.
     ADMIN = "admin"
     #: Another dispatcher (``SHARDQ_PEER_TOKEN``): hand-offs of new jobs and the shard map.
     PEER = "peer"
 
 
-PRODUCER, WORKER, ADMIN, PEER = Role.PRODUCER, Role.WORKER, Role.ADMIN, Role.PEER
+PRODUCER, WORKER, VIEWER, ADMIN, PEER = Role.PRODUCER, Role.WORKER, Role.VIEWER, Role.ADMIN, Role.PEER
 _ONLY_ADMIN: frozenset[Role] = frozenset()
 _JOBS, _WORKERS, _SHARDS, _SCHEDULES, _QUEUES = (
     "/shardq.v1.JobService/",
@@ -60,33 +64,36 @@ _JOBS, _WORKERS, _SHARDS, _SCHEDULES, _QUEUES = (
 METHOD_ROLES: dict[str, frozenset[Role]] = {
     _JOBS + "Enqueue": frozenset({PRODUCER}),
     _JOBS + "EnqueueMany": frozenset({PRODUCER}),
-    _JOBS + "GetJob": frozenset({PRODUCER}),
-    _JOBS + "WatchJob": frozenset({PRODUCER}),
+    _JOBS + "GetJob": frozenset({PRODUCER, VIEWER}),
+    _JOBS + "WatchJob": frozenset({PRODUCER, VIEWER}),
     _JOBS + "CancelJob": frozenset({PRODUCER}),
-    _JOBS + "Stats": frozenset({PRODUCER}),
-    _JOBS + "GetVersion": frozenset({PRODUCER, WORKER, PEER}),
-    _JOBS + "ListDead": _ONLY_ADMIN,
+    _JOBS + "Stats": frozenset({PRODUCER, VIEWER}),
+    _JOBS + "GetVersion": frozenset({PRODUCER, WORKER, VIEWER, PEER}),
+    _JOBS + "WhoAmI": frozenset({PRODUCER, WORKER, VIEWER, PEER}),
+    _JOBS + "ListDead": frozenset({VIEWER}),
     _JOBS + "RequeueDead": _ONLY_ADMIN,
     _JOBS + "PurgeDead": _ONLY_ADMIN,
     _JOBS + "PruneJobs": _ONLY_ADMIN,
-    # A producer searches the jobs of the types it may enqueue (its scope filters the query).
-    _JOBS + "ListJobs": frozenset({PRODUCER}),
+    # A producer or viewer searches the jobs of the types of its scope (the scope filters the query).
+    _JOBS + "ListJobs": frozenset({PRODUCER, VIEWER}),
     _JOBS + "BulkJobs": _ONLY_ADMIN,
     _WORKERS + "Connect": frozenset({WORKER}),
-    _SHARDS + "GetShardMap": frozenset({PRODUCER, WORKER, PEER}),  # clients send jobs to shard owners
+    _WORKERS + "ListWorkers": frozenset({VIEWER}),
+    # Clients send jobs to shard owners; viewers see who owns what.
+    _SHARDS + "GetShardMap": frozenset({PRODUCER, WORKER, VIEWER, PEER}),
     _SHARDS + "Rebalance": _ONLY_ADMIN,
     _SHARDS + "PushJobs": frozenset({PEER}),
     _SCHEDULES + "UpsertSchedule": _ONLY_ADMIN,
-    _SCHEDULES + "GetSchedule": _ONLY_ADMIN,
-    _SCHEDULES + "ListSchedules": _ONLY_ADMIN,
+    _SCHEDULES + "GetSchedule": frozenset({VIEWER}),
+    _SCHEDULES + "ListSchedules": frozenset({VIEWER}),
     _SCHEDULES + "PauseSchedule": _ONLY_ADMIN,
     _SCHEDULES + "ResumeSchedule": _ONLY_ADMIN,
     _SCHEDULES + "DeleteSchedule": _ONLY_ADMIN,
-    _SCHEDULES + "NextOccurrences": _ONLY_ADMIN,
+    _SCHEDULES + "NextOccurrences": frozenset({VIEWER}),
     # Flow control: an operator's, like schedules (settings name other producers' tenants).
     _QUEUES + "SetQueueSettings": _ONLY_ADMIN,
-    _QUEUES + "GetQueue": _ONLY_ADMIN,
-    _QUEUES + "ListQueues": _ONLY_ADMIN,
+    _QUEUES + "GetQueue": frozenset({VIEWER}),
+    _QUEUES + "ListQueues": frozenset({VIEWER}),
     _QUEUES + "PauseQueue": _ONLY_ADMIN,
     _QUEUES + "ResumeQueue": _ONLY_ADMIN,
 }
@@ -98,7 +105,7 @@ OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.", "/grpc.refle
 MIN_TOKEN_CHARS = 16
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 _TYPE_PATTERN = re.compile(r"[A-Za-z0-9_.:/\-*?\[\]!]+")
-_FILE_ROLES = (PRODUCER, WORKER, ADMIN)
+_FILE_ROLES = (PRODUCER, WORKER, VIEWER, ADMIN)
 
 
 def is_open(method: str) -> bool:

@@ -19,6 +19,7 @@ from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 
 from .. import PROTOCOL_VERSION, __version__
 from ..config import Settings
+from ..ops import process_counters
 from ..ops.redis_errors import REDIS_ERRORS, redis_transient
 from ..ops.redis_faults import note_redis_error
 from ..queue import job_filter, validation
@@ -98,8 +99,10 @@ class JobService(pb_grpc.JobServiceServicer):
         ownership: Ownership,
         loops: ShardLoops,
         watches: Watches,
+        member_id: str = "",
     ) -> None:
         self.watches = watches  # the WatchJob streams open in this process
+        self.member_id = member_id  # named in Stats, whose counters are this process's
         self.settings = settings
         self.store = store
         self.working_set = working_set
@@ -226,6 +229,9 @@ class JobService(pb_grpc.JobServiceServicer):
 
     @rpc
     async def Stats(self, request: pb.StatsRequest, context: Any) -> pb.StatsResponse:
+        reply = self._process_counters()
+        if request.counters_only:
+            return reply
         queues: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         # Jobs this process acknowledged are counted once queued (another process's, within moments).
         await self.ingest.settle(STATS_SETTLE_S)
@@ -266,7 +272,33 @@ class JobService(pb_grpc.JobServiceServicer):
             )
             for r in await self.store.list_schedules()
         ]
-        return pb.StatsResponse(queues=out, schedules=schedules)
+        reply.queues.extend(out)
+        reply.schedules.extend(schedules)
+        return reply
+
+    def _process_counters(self) -> pb.StatsResponse:
+        counters = [
+            pb.TypeCounters(type=job_type, **fields)
+            for job_type, fields in sorted(process_counters.type_counters().items())
+            if auth.may_use(job_type)
+        ]
+        bounds, counts = process_counters.latency_histogram()
+        return pb.StatsResponse(
+            dispatcher_id=self.member_id,
+            sampled_at_ms=wall_ms(),
+            started_at_ms=process_counters.STARTED_AT_MS,
+            counters=counters,
+            enqueue_to_start=pb.LatencyHistogram(bounds_s=bounds, counts=counts),
+        )
+
+    @rpc
+    async def WhoAmI(self, request: pb.WhoAmIRequest, context: Any) -> pb.WhoAmIResponse:
+        principal = auth.current()
+        if principal is None:
+            return pb.WhoAmIResponse(name="anonymous", role=str(auth.ADMIN), auth=False)
+        return pb.WhoAmIResponse(
+            name=principal.name, role=str(principal.role), types=principal.types, auth=True
+        )
 
     @rpc
     async def ListDead(self, request: pb.ListDeadRequest, context: Any) -> pb.ListDeadResponse:
@@ -277,8 +309,11 @@ class JobService(pb_grpc.JobServiceServicer):
         if request.after_id:
             validation.job_id(request.after_id, "after_id")
         await self.writer.flush()
+        if where.type:
+            auth.check_types([where.type], "filter.type")
         rows = await self.store.list_dead(where, limit, request.after_id)
-        return pb.ListDeadResponse(jobs=[job_message(r) for r in rows])
+        # A scoped viewer sees its own types' dead jobs only (the page can come out short).
+        return pb.ListDeadResponse(jobs=[job_message(r) for r in rows if auth.may_use(r.type)])
 
     @rpc
     async def RequeueDead(self, request: pb.RequeueDeadRequest, context: Any) -> pb.RequeueDeadResponse:

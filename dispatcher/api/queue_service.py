@@ -22,6 +22,7 @@ from ..queue.flow import QueueSettings, Rate
 from ..queue.flow_settings import FIELDS, FlowSettings, classes_of, fields_of, pausing, resuming
 from ..queue.keys import ShardKeys
 from ..queue.working_set import WorkingSet
+from . import auth
 from .job_service import rpc
 
 MAX_LISTED = 10_000  # types a ListQueues answers with
@@ -48,6 +49,7 @@ class QueueService(pb_grpc.QueueServiceServicer):
 
     @rpc
     async def GetQueue(self, request: pb.GetQueueRequest, context: Any) -> pb.QueueInfo:
+        auth.check_types([request.type], "type")
         settings, updated_at = await self.flow.get(request.type)
         return await self._info(settings, updated_at)
 
@@ -55,7 +57,8 @@ class QueueService(pb_grpc.QueueServiceServicer):
     async def ListQueues(self, request: pb.ListQueuesRequest, context: Any) -> pb.ListQueuesResponse:
         configured = await self.flow.all()
         counts = await self.working_set.counts(range(self.shard_count))
-        types = sorted(set(configured) | {job_type for job_type, _, _ in counts})[:MAX_LISTED]
+        known = set(configured) | {job_type for job_type, _, _ in counts}
+        types = sorted(t for t in known if auth.may_use(t))[:MAX_LISTED]
         by_type: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for (job_type, _, state), n in counts.items():
             by_type[job_type][state] += n

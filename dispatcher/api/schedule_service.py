@@ -15,6 +15,7 @@ from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from ..schedules.scheduler import Scheduler
 from ..schedules.spec import log_change, schedule_name, to_pb
 from ..store import ScheduleRow, Store
+from . import auth
 from .job_service import rpc
 
 log = structlog.get_logger("shardq.schedules")
@@ -35,12 +36,14 @@ class ScheduleService(pb_grpc.ScheduleServiceServicer):
 
     @rpc
     async def GetSchedule(self, request: pb.GetScheduleRequest, context: Any) -> pb.Schedule:
-        return to_pb(await self._get(request.name))
+        row = await self._get(request.name)
+        auth.check_types([row.type], "name")
+        return to_pb(row)
 
     @rpc
     async def ListSchedules(self, request: pb.ListSchedulesRequest, context: Any) -> pb.ListSchedulesResponse:
         rows = await self.store.list_schedules(request.type)
-        return pb.ListSchedulesResponse(schedules=[to_pb(r) for r in rows])
+        return pb.ListSchedulesResponse(schedules=[to_pb(r) for r in rows if auth.may_use(r.type)])
 
     @rpc
     async def PauseSchedule(self, request: pb.ScheduleNameRequest, context: Any) -> pb.Schedule:
@@ -70,6 +73,7 @@ class ScheduleService(pb_grpc.ScheduleServiceServicer):
         if count > MAX_NEXT:
             raise InvalidArgument(f"count: at most {MAX_NEXT}")
         row = await self._get(request.name)
+        auth.check_types([row.type], "name")
         cron = self.scheduler.cron_of(row)
         found = cron.occurrences(wall_ms(), wall_ms() + 400 * 86_400_000, count)
         return pb.NextOccurrencesResponse(occurrences_ms=found, timezone=row.timezone)

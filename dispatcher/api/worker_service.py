@@ -152,6 +152,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             # Read to the end even once the session is closed: acks and nacks still in flight are
             # applied (tokens decide, not the shard's owner); leases are no longer handed out.
             async for message in requests:
+                session.last_seen_ms = wall_ms()
                 await session.room()
                 kind = message.WhichOneof("msg")
                 if kind == "credit":
@@ -196,6 +197,30 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             session.log.exception("closing worker stream: reading it failed")
             session.error = DispatcherError(f"internal error: {type(exc).__name__}")
         session.close()
+
+    async def ListWorkers(
+        self, request: pb.ListWorkersRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListWorkersResponse:
+        """This process's worker streams; a scoped caller sees the workers of its types, and only
+        those types of theirs."""
+        workers = []
+        for session in sorted(self.registry.sessions, key=lambda s: (s.worker_id, s.stream_id)):
+            types = [t for t in session.job_types if auth.may_use(t)]
+            if not types:
+                continue
+            workers.append(
+                pb.ConnectedWorker(
+                    worker_id=session.worker_id,
+                    job_types=types,
+                    concurrency=session.concurrency,
+                    in_flight=len(session.held),
+                    connected_at_ms=session.connected_at_ms,
+                    last_seen_ms=session.last_seen_ms,
+                    peer=session.peer,
+                    draining=session.draining,
+                )
+            )
+        return pb.ListWorkersResponse(dispatcher_id=self.member_id, workers=workers)
 
     async def _extend(
         self, session: WorkerSession, refs: list[tuple[str, str, int]], *, reclaim: bool

@@ -35,12 +35,26 @@ def _run(args: argparse.Namespace) -> int:
     ServerSecurity.from_settings(settings)  # bad certificates or tokens: a clear error now, not per child
     import uvloop
 
+    # The dashboard beside the dispatcher: in the supervisor, or in a lone process; never in a
+    # supervised child (they share the supervisor's environment, and one port).
+    dashboard = bool(os.environ.get("SHARDQ_DASHBOARD_LISTEN")) and not settings.shared_listen
+    if dashboard and _missing_dashboard_extra():
+        return 2
     if settings.processes > 1:
         from ..cluster.supervisor import Supervisor
 
+        if dashboard:
+            from .dashboard import with_dashboard
+
+            return int(uvloop.run(with_dashboard(Supervisor(settings).run(), settings.listen)))
         return int(uvloop.run(Supervisor(settings).run()))
     from ..server import run_until_signalled
 
+    if dashboard:
+        from .dashboard import with_dashboard
+
+        uvloop.run(with_dashboard(run_until_signalled(settings), settings.listen))
+        return 0
     uvloop.run(run_until_signalled(settings))
     return 0
 
@@ -48,7 +62,30 @@ def _run(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(jobs=args.jobs)
+    if args.dashboard and _missing_dashboard_extra():
+        return 2
+    return run_demo(jobs=args.jobs, dashboard_listen=args.dashboard_listen if args.dashboard else None)
+
+
+def _missing_dashboard_extra() -> bool:
+    try:
+        import cryptography  # noqa: F401
+        import jinja2  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        print(f"dispatcher: the dashboard needs the dashboard extra ({exc.name} is not installed): "
+              "pip install 'shardq[dashboard]'", file=sys.stderr)  # fmt: skip
+        return True
+    return False
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    if _missing_dashboard_extra():
+        return 2
+    from .dashboard import run_dashboard
+
+    return run_dashboard(listen=args.listen, target=args.target, allow_open=args.allow_open)
 
 
 def _demo_worker(args: argparse.Namespace) -> int:
@@ -85,7 +122,30 @@ def main(argv: list[str] | None = None) -> int:
         "demo", help="run a dispatcher and a worker on embedded defaults and show jobs flow"
     )
     demo.add_argument("--jobs", type=int, default=40, help="how many jobs the demo enqueues")
+    demo.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="after the summary, keep the dispatcher and a web dashboard running (Ctrl-C ends them)",
+    )
+    demo.add_argument(
+        "--dashboard-listen", default="127.0.0.1:7080", help="where the demo's dashboard listens"
+    )
     demo.set_defaults(func=_demo)
+    dashboard = sub.add_parser(
+        "dashboard", help="serve the web dashboard, a client of the dispatchers' gRPC API"
+    )
+    dashboard.add_argument(
+        "--listen", help="HOST:PORT to serve (env SHARDQ_DASHBOARD_LISTEN, default 127.0.0.1:7080)"
+    )
+    dashboard.add_argument("--target", help="a dispatcher's gRPC address (env SHARDQ_TARGET)")
+    dashboard.add_argument(
+        "--allow-open",
+        action="store_true",
+        default=None,
+        help="serve a non-loopback address although the dispatcher checks no tokens "
+        "(env SHARDQ_DASHBOARD_ALLOW_OPEN=1)",
+    )
+    dashboard.set_defaults(func=_dashboard)
     demo_worker = sub.add_parser(
         "demo-worker", help="run a worker with demonstration handlers (demo.echo, demo.sleep, ...)"
     )

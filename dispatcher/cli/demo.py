@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -14,13 +15,33 @@ from shardq_common.logs import configure
 from ..config import RetryPolicy, Settings
 
 
-def run_demo(jobs: int = 40) -> int:
+def run_demo(jobs: int = 40, dashboard_listen: str | None = None) -> int:
     import uvloop
 
-    return uvloop.run(_demo(jobs))
+    return uvloop.run(_demo(jobs, dashboard_listen))
 
 
-async def _demo(n_jobs: int) -> int:
+async def _keep_running_with_dashboard(target: str, listen: str) -> None:
+    """After the summary: the dispatcher and its worker stay, with a dashboard on them, until Ctrl-C."""
+    from ..dashboard.serve import start_dashboard
+    from ..dashboard.settings import DashboardSettings
+
+    running = await start_dashboard(DashboardSettings(listen=listen, target=target))
+    say("")
+    say(f"dashboard: {running.url}  (the dispatcher at {target} and its worker keep running; Ctrl-C stops)")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await running.stop()
+
+
+async def _demo(n_jobs: int, dashboard_listen: str | None = None) -> int:
     from worker_sdk import AsyncClient, JobContext, SkipRetry, serve
 
     from ..server import start_dispatcher
@@ -88,20 +109,22 @@ async def _demo(n_jobs: int) -> int:
                 if statuses["succeeded"] + statuses["dead"] == len(all_ids) or time.time() - t0 > 30:
                     break
                 await asyncio.sleep(0.5)
-        say("")
-        say("summary")
-        for label, job_id in ids.items():
-            job = await client.get_job(job_id)
-            extra = f", dead: {job.dead_reason}" if job.dead_reason else ""
-            say(f"  {label:28} {job.status:10} attempts={job.attempts}{extra}")
-        first_half = order[: len(high)]
-        share = first_half.count("high") / max(1, len(first_half))
-        say(f"  high-priority share of the first {len(first_half)} starts: {share:.0%} (weights 6:3:1)")
-        dead = await client.dead_letters()
-        say(f"  dead-letter queue: {len(dead)} job(s)")
-        ok = statuses["succeeded"] == len(all_ids) - 1 and statuses["dead"] == 1
-        say("demo finished: every job accounted for" if ok else "demo finished with unexpected results")
-        return 0 if ok else 1
+            say("")
+            say("summary")
+            for label, job_id in ids.items():
+                job = await client.get_job(job_id)
+                extra = f", dead: {job.dead_reason}" if job.dead_reason else ""
+                say(f"  {label:28} {job.status:10} attempts={job.attempts}{extra}")
+            first_half = order[: len(high)]
+            share = first_half.count("high") / max(1, len(first_half))
+            say(f"  high-priority share of the first {len(first_half)} starts: {share:.0%} (weights 6:3:1)")
+            dead = await client.dead_letters()
+            say(f"  dead-letter queue: {len(dead)} job(s)")
+            ok = statuses["succeeded"] == len(all_ids) - 1 and statuses["dead"] == 1
+            say("demo finished: every job accounted for" if ok else "demo finished with unexpected results")
+            if dashboard_listen:
+                await _keep_running_with_dashboard(target, dashboard_listen)
+            return 0 if ok else 1
     finally:
         await client.close()
         await running.stop()

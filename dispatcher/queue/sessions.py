@@ -82,6 +82,8 @@ class WorkerSession:
         # it still holds are shortened: the worker may have reclaimed some on a newer stream, perhaps
         # on another dispatcher, before this one was seen to end.
         self.stream_id = secrets.token_hex(6)
+        self.connected_at_ms = wall_ms()
+        self.last_seen_ms = self.connected_at_ms  # its last message, for the dashboard
         self.credit = 0
         self.held: dict[str, tuple[str, int]] = {}  # job id -> (token, shard)
         # Leases not sent yet: granted ahead of their job's run_at (the promoter's lease_ahead_ms),

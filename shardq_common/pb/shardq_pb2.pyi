@@ -248,8 +248,10 @@ class CancelJobResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[JobStatus, str]] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("counters_only",)
+    COUNTERS_ONLY_FIELD_NUMBER: _ClassVar[int]
+    counters_only: bool
+    def __init__(self, counters_only: _Optional[bool] = ...) -> None: ...
 
 class QueueStats(_message.Message):
     __slots__ = ("type", "priority", "delayed", "ready", "leased", "dead", "oldest_ready_age_ms")
@@ -284,12 +286,46 @@ class ScheduleStats(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., materialized: _Optional[int] = ..., skipped: _Optional[int] = ..., next_occurrence_ms: _Optional[int] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("queues", "schedules")
+    __slots__ = ("queues", "schedules", "dispatcher_id", "sampled_at_ms", "started_at_ms", "counters", "enqueue_to_start")
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHER_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_TO_START_FIELD_NUMBER: _ClassVar[int]
     queues: _containers.RepeatedCompositeFieldContainer[QueueStats]
     schedules: _containers.RepeatedCompositeFieldContainer[ScheduleStats]
-    def __init__(self, queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ..., schedules: _Optional[_Iterable[_Union[ScheduleStats, _Mapping]]] = ...) -> None: ...
+    dispatcher_id: str
+    sampled_at_ms: int
+    started_at_ms: int
+    counters: _containers.RepeatedCompositeFieldContainer[TypeCounters]
+    enqueue_to_start: LatencyHistogram
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ..., schedules: _Optional[_Iterable[_Union[ScheduleStats, _Mapping]]] = ..., dispatcher_id: _Optional[str] = ..., sampled_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., counters: _Optional[_Iterable[_Union[TypeCounters, _Mapping]]] = ..., enqueue_to_start: _Optional[_Union[LatencyHistogram, _Mapping]] = ...) -> None: ...
+
+class TypeCounters(_message.Message):
+    __slots__ = ("type", "enqueued", "started", "succeeded", "failed", "dead_lettered")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUED_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    enqueued: int
+    started: int
+    succeeded: int
+    failed: int
+    dead_lettered: int
+    def __init__(self, type: _Optional[str] = ..., enqueued: _Optional[int] = ..., started: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
+
+class LatencyHistogram(_message.Message):
+    __slots__ = ("bounds_s", "counts")
+    BOUNDS_S_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    bounds_s: _containers.RepeatedScalarFieldContainer[float]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, bounds_s: _Optional[_Iterable[float]] = ..., counts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DeadFilter(_message.Message):
     __slots__ = ("type", "reason")
@@ -484,6 +520,22 @@ class BulkJobsResponse(_message.Message):
     more: bool
     last_id: str
     def __init__(self, matched: _Optional[int] = ..., touched: _Optional[int] = ..., more: _Optional[bool] = ..., last_id: _Optional[str] = ...) -> None: ...
+
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ("name", "role", "types", "auth")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TYPES_FIELD_NUMBER: _ClassVar[int]
+    AUTH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    role: str
+    types: _containers.RepeatedScalarFieldContainer[str]
+    auth: bool
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., types: _Optional[_Iterable[str]] = ..., auth: _Optional[bool] = ...) -> None: ...
 
 class LeaseRef(_message.Message):
     __slots__ = ("job_id", "token", "shard")
@@ -705,6 +757,38 @@ class DispatcherMessage(_message.Message):
     cancel: Cancel
     redirect: Redirect
     def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., leases: _Optional[_Union[Leases, _Mapping]] = ..., extended: _Optional[_Union[LeasesExtended, _Mapping]] = ..., rejected: _Optional[_Union[LeasesRejected, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., redirect: _Optional[_Union[Redirect, _Mapping]] = ...) -> None: ...
+
+class ListWorkersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConnectedWorker(_message.Message):
+    __slots__ = ("worker_id", "job_types", "concurrency", "in_flight", "connected_at_ms", "last_seen_ms", "peer", "draining")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_TYPES_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_MS_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    job_types: _containers.RepeatedScalarFieldContainer[str]
+    concurrency: int
+    in_flight: int
+    connected_at_ms: int
+    last_seen_ms: int
+    peer: str
+    draining: bool
+    def __init__(self, worker_id: _Optional[str] = ..., job_types: _Optional[_Iterable[str]] = ..., concurrency: _Optional[int] = ..., in_flight: _Optional[int] = ..., connected_at_ms: _Optional[int] = ..., last_seen_ms: _Optional[int] = ..., peer: _Optional[str] = ..., draining: _Optional[bool] = ...) -> None: ...
+
+class ListWorkersResponse(_message.Message):
+    __slots__ = ("dispatcher_id", "workers")
+    DISPATCHER_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    dispatcher_id: str
+    workers: _containers.RepeatedCompositeFieldContainer[ConnectedWorker]
+    def __init__(self, dispatcher_id: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[ConnectedWorker, _Mapping]]] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("id", "address", "alive")

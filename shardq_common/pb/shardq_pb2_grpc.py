@@ -99,6 +99,11 @@ class JobServiceStub:
                 request_serializer=shardq_dot_v1_dot_shardq__pb2.WatchJobRequest.SerializeToString,
                 response_deserializer=shardq_dot_v1_dot_shardq__pb2.JobEvent.FromString,
                 _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/shardq.v1.JobService/WhoAmI',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -187,6 +192,13 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WhoAmI(self, request, context):
+        """Who the caller's token stands for (any role; with auth off: an anonymous admin).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -254,6 +266,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.WatchJob,
                     request_deserializer=shardq_dot_v1_dot_shardq__pb2.WatchJobRequest.FromString,
                     response_serializer=shardq_dot_v1_dot_shardq__pb2.JobEvent.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.WhoAmIRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.WhoAmIResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -617,6 +634,33 @@ class JobService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.JobService/WhoAmI',
+            shardq_dot_v1_dot_shardq__pb2.WhoAmIRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.WhoAmIResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class WorkerServiceStub:
     """Missing associated documentation comment in .proto file."""
@@ -632,6 +676,11 @@ class WorkerServiceStub:
                 request_serializer=shardq_dot_v1_dot_shardq__pb2.WorkerMessage.SerializeToString,
                 response_deserializer=shardq_dot_v1_dot_shardq__pb2.DispatcherMessage.FromString,
                 _registered_method=True)
+        self.ListWorkers = channel.unary_unary(
+                '/shardq.v1.WorkerService/ListWorkers',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -643,6 +692,13 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWorkers(self, request, context):
+        """The worker streams connected to this process (each dispatcher lists its own).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -650,6 +706,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.Connect,
                     request_deserializer=shardq_dot_v1_dot_shardq__pb2.WorkerMessage.FromString,
                     response_serializer=shardq_dot_v1_dot_shardq__pb2.DispatcherMessage.SerializeToString,
+            ),
+            'ListWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkers,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.ListWorkersRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.ListWorkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -679,6 +740,33 @@ class WorkerService:
             '/shardq.v1.WorkerService/Connect',
             shardq_dot_v1_dot_shardq__pb2.WorkerMessage.SerializeToString,
             shardq_dot_v1_dot_shardq__pb2.DispatcherMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardq.v1.WorkerService/ListWorkers',
+            shardq_dot_v1_dot_shardq__pb2.ListWorkersRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.ListWorkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

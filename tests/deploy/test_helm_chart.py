@@ -619,6 +619,76 @@ def test_tls_and_auth_render_mounted_secrets_env_and_plaintext_probes(helm: Helm
     assert wvolumes["client-cert"]["secret"]["secretName"] == "worker-cert"
 
 
+WEB_DASHBOARD: dict[str, Any] = _merge(
+    SECURE,
+    {
+        "dashboard": {
+            "enabled": True,
+            "replicas": 2,
+            "sessionSecret": {"name": "dashboard-session"},
+            "clientCertSecret": "dashboard-cert",
+            "ingress": {
+                "enabled": True,
+                "className": "nginx",
+                "host": "shardq.example.com",
+                "tls": [{"hosts": ["shardq.example.com"], "secretName": "shardq-dashboard-tls"}],
+            },
+        }
+    },
+)
+
+
+def test_the_dashboard_is_off_by_default_and_renders_a_deployment_service_and_ingress(helm: Helm) -> None:
+    _, docs = helm.render(SECURE)
+    assert not [d for d in docs if d["metadata"]["labels"].get("app.kubernetes.io/component") == "dashboard"]
+    text, docs = helm.render(WEB_DASHBOARD)
+    assert yamllint_errors(text) == []
+    assert validate_all(docs) == set()
+    dep = one(docs, "Deployment", "dashboard")
+    assert_hardened(dep, "dashboard")
+    assert dep["spec"]["replicas"] == 2
+    c = container(dep, "dashboard")
+    assert c["args"] == ["dashboard"]
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": 7080}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    env = env_of(c)
+    assert env["SHARDQ_DASHBOARD_LISTEN"]["value"] == "0.0.0.0:7080"
+    assert env["SHARDQ_TARGET"]["value"] == "shardq:7070"
+    assert env["SHARDQ_DASHBOARD_SECRET"]["valueFrom"] == {
+        "secretKeyRef": {"name": "dashboard-session", "key": "session-secret"}
+    }
+    assert env["SHARDQ_DASHBOARD_SECURE_COOKIES"]["value"] == "1"
+    assert env["SHARDQ_TLS_CA"]["value"] == "/etc/shardq/tls/ca.crt"
+    assert env["SHARDQ_TLS_CLIENT_CERT"]["value"] == "/etc/shardq/client/tls.crt"
+    assert "SHARDQ_DASHBOARD_ALLOW_OPEN" not in env and "SHARDQ_TOKEN" not in env  # users bring tokens
+    svc = one(docs, "Service", "dashboard")
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"http": 7080}
+    ingress = one(docs, "Ingress", "dashboard")
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    rule = ingress["spec"]["rules"][0]
+    assert rule["host"] == "shardq.example.com"
+    assert rule["http"]["paths"][0]["backend"]["service"] == {
+        "name": svc["metadata"]["name"],
+        "port": {"name": "http"},
+    }
+    # The dispatchers' Service is unchanged.
+    assert one(docs, "Service", "dispatcher")["spec"]["selector"] != svc["spec"]["selector"]
+
+
+def test_the_dashboard_without_auth_needs_allow_open(helm: Helm) -> None:
+    proc = helm.template(_merge(MINIMAL, {"dashboard": {"enabled": True}}))
+    assert proc.returncode != 0 and "set dashboard.allowOpen: true" in proc.stderr, proc.stderr
+    _, docs = helm.render(_merge(MINIMAL, {"dashboard": {"enabled": True, "allowOpen": True}}))
+    env = env_of(container(one(docs, "Deployment", "dashboard"), "dashboard"))
+    assert env["SHARDQ_DASHBOARD_ALLOW_OPEN"]["value"] == "1"
+    assert not by_kind(docs, "Ingress")
+    proc = helm.template(_merge(WEB_DASHBOARD, {"dashboard": {"ingress": {"host": ""}}}))
+    assert proc.returncode != 0 and "dashboard.ingress.host is required" in proc.stderr, proc.stderr
+    proc = helm.template(_merge(WEB_DASHBOARD, {"dashboard": {"clientCertSecret": ""}}))
+    assert proc.returncode != 0 and "dashboard.clientCertSecret is required" in proc.stderr, proc.stderr
+
+
 def test_schedules_render_a_mounted_file_the_dispatcher_accepts(helm: Helm, tmp_path: Path) -> None:
     toml = (
         '[[schedule]]\nname = "nightly"\ncron = "30 2 * * *"\ntype = "reports.nightly"\n'
@@ -882,6 +952,9 @@ def test_notes_list_the_monitoring_objects(helm: Helm) -> None:
         ({"grafanaDashboard": {"enabled": 1}}, "enabled"),
         ({"grafanaDashboard": {"namespace": "Monitoring_NS"}}, "namespace"),
         ({"grafanaDashboard": {"labels": {"grafana_dashboard": 1}}}, "labels"),
+        ({"dashboard": {"enabled": "yes"}}, "enabled"),
+        ({"dashboard": {"service": {"port": 0}}}, "port"),
+        ({"dashboard": {"listen": "0.0.0.0:80"}}, "listen"),
     ],
     ids=lambda v: str(v) if isinstance(v, str) else None,
 )

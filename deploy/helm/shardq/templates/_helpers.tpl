@@ -167,3 +167,7 @@ severity: {{ .severity }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
+
+{{- define "shardq.dashboard" -}}
+{{- printf "%s-dashboard" (include "shardq.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
