@@ -315,7 +315,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "/api/jobs/bulk",
         "cancel, requeue, run now or delete every job the filter selects",
         bulk_jobs,
-        (*_SEARCH, Param("action", "body", "what to do", True, ops.BULK_ACTIONS), _DRY),
+        (
+            *_SEARCH,
+            Param("action", "body", "what to do", True, ops.BULK_ACTIONS),
+            _DRY,
+            Param("all", "body", "true: confirms an empty filter (every job)", enum=("true", "false")),
+        ),
         action=True,
     ),  # fmt: skip
     Endpoint("GET", "/api/jobs/{id}", "a job", job, (Param("id", "path", "job id", True),)),

@@ -363,7 +363,10 @@ class Operations:
     ) -> dict[str, Any]:
         if action not in BULK_ACTIONS:
             raise BadInput(f"action: one of {', '.join(BULK_ACTIONS)}")
-        found = await self.client(session).bulk_jobs(action, job_filter(inputs), dry_run=dry_run)
+        chosen = job_filter(inputs)
+        if chosen == JobFilter() and not dry_run and inputs.get("all") not in ("1", "true"):
+            raise BadInput(f"an empty filter selects every job: send all=true to {action} them all")
+        found = await self.client(session).bulk_jobs(action, chosen, dry_run=dry_run)
         return {"action": action, "dry_run": dry_run, **asdict(found)}
 
     # -- dead letters -------------------------------------------------------------------------

@@ -99,7 +99,11 @@ async def jobs(call: Call) -> Response:
 
     page, error = await attempt(load())
     query = {k: v for k, v in call.inputs.items() if k != "cursor"}
-    return _page(call, "jobs.html", error=error, query=query, page=page, **_choices())
+    bulk_filter = {name: call.get(name) for name in ops.SEARCH_FIELDS}
+    return _page(
+        call, "jobs.html", error=error, query=query, page=page, bulk_filter=bulk_filter,
+        bulk_filter_set=any(bulk_filter.values()), **_choices(),
+    )  # fmt: skip
 
 
 def _choices() -> dict[str, Any]:
@@ -135,7 +139,20 @@ async def dead(call: Call) -> Response:
         return await dash.ops.dead(call.session, name, reason, after, ops.DEAD_PAGE)
 
     page, error = await attempt(load())
-    return _page(call, "dead.html", page=page, error=error, filters=filters, reasons=ops.DEAD_REASONS)
+    try:  # the bulk buttons repeat the filter: none for one that is not valid
+        ops.job_type(filters["type"]), ops.dead_reason(filters["reason"])
+        filters_ok = True
+    except ops.BadInput:
+        filters_ok = False
+    return _page(
+        call,
+        "dead.html",
+        page=page,
+        error=error,
+        filters=filters,
+        filters_ok=filters_ok,
+        reasons=ops.DEAD_REASONS,
+    )
 
 
 @route("page")

@@ -5,6 +5,9 @@ scope leaks and bad input. Real dispatcher, Redis and database (both backends)."
 from __future__ import annotations
 
 import asyncio
+import html
+import json
+import re
 
 import pytest
 
@@ -69,3 +72,39 @@ def test_a_non_loopback_start_is_refused_when_the_dispatcher_does_not_answer(mon
         asyncio.run(check("0.0.0.0:7080"))
     assert asyncio.run(check("0.0.0.0:7080", allow_open=True)) is None
     assert asyncio.run(check("127.0.0.1:7080")) is None
+
+
+def _hx_vals(page: str, action: str) -> list[dict[str, str]]:
+    """The JSON of every hx-vals on the buttons that post to ``action``."""
+    found = re.findall(rf'hx-post="{re.escape(action)}" hx-vals=\'([^\']*)\'', page)
+    return [json.loads(html.unescape(v)) for v in found]
+
+
+def test_the_dead_letter_buttons_carry_the_filter_as_json_and_none_for_a_bad_filter(dispatcher):
+    with dashboard_client(dispatcher.target) as web:
+        smuggled = web.get("/dead", params={"type": 'billing.x", "type": "'})
+        assert "type: not a job type" in html.unescape(smuggled.text)
+        assert "/api/dead/purge" not in smuggled.text and "/api/dead/requeue" not in smuggled.text
+        page = web.get("/dead", params={"type": "billing.x", "reason": "lease_expired"}).text
+        assert _hx_vals(page, "/api/dead/purge") == [{"type": "billing.x", "reason": "lease_expired"}]
+        assert {"type": "billing.x", "reason": "lease_expired", "dry_run": "true"} in _hx_vals(
+            page, "/api/dead/requeue"
+        )
+
+
+def test_bulk_buttons_send_the_search_shown_and_an_empty_filter_needs_all(dispatcher):
+    with Client(dispatcher.target, timeout=10) as client:
+        kept = client.enqueue("keep.me", {}, delay=3600)
+        with dashboard_client(dispatcher.target) as web:
+            page = web.get("/jobs", params={"type": "final.*", "status": "dead"}).text
+            sent = _hx_vals(page, "/api/jobs/bulk")
+            assert len(sent) == 2 and all(v["type"] == "final.*" and v["status"] == "dead" for v in sent)
+            assert all(v["payload"] == "" and "all" not in v for v in sent)  # edits to the form do not count
+            assert "Apply to 0 jobs the search selects?" in html.unescape(page)
+            token = csrf_of(page)
+            refused = web.post("/api/jobs/bulk", data={"csrf": token, "action": "delete"})
+            assert refused.status_code == 400 and "all=true" in refused.json()["error"]
+            assert client.get_job(kept).status == "delayed"
+            everything = web.get("/jobs").text
+            assert all(v.get("all") == "true" for v in _hx_vals(everything, "/api/jobs/bulk"))
+            assert "No filter: apply to EVERY job" in html.unescape(everything)
