@@ -229,7 +229,8 @@ class Operations:
     # -- who ----------------------------------------------------------------------------------
 
     async def identity(self, token: str) -> dict[str, Any]:
-        who = await self.gateway.client(token).whoami()
+        """Who ``token`` stands for; a token is checked before a client is kept for it."""
+        who = await (self.gateway.client("").whoami() if not token else self.gateway.verify(token))
         return asdict(who)
 
     # -- overview -----------------------------------------------------------------------------

@@ -193,7 +193,7 @@ async def signin(request: Request) -> Response:
             token = inputs.get("token", "").strip()
             if not token or len(token) > 4096:
                 raise HTTPProblem(400, "token: required (at most 4096 characters)")
-            who = await dash.ops.identity(token)
+            who = await dash.checked_identity(request, token, "sign-in")
             if not who["auth"]:
                 raise HTTPProblem(400, "the dispatcher checks no tokens: no sign-in needed")
             session = dash.new_session(token, who)

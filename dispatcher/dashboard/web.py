@@ -44,6 +44,10 @@ MAX_FIELDS = 50
 AUTH_PROBE_S = 5.0
 BEARER_CACHE_S = 30.0
 MAX_BEARERS = 256
+#: Tokens the dispatcher refused, per remote address, before it is answered 429 for a while.
+MAX_REFUSED_TOKENS = 10
+REFUSED_WINDOW_S = 60.0
+MAX_ADDRESSES_TRACKED = 4096
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -83,6 +87,7 @@ class Dashboard:
         self.serves_loopback = is_loopback(host_port(settings.listen)[0])
         self._auth_probe: tuple[float, bool] = (0.0, True)
         self._bearers: OrderedDict[bytes, tuple[float, Session]] = OrderedDict()
+        self._refused: OrderedDict[str, list[float]] = OrderedDict()
 
     # -- who is calling -------------------------------------------------------------------------
 
@@ -112,7 +117,7 @@ class Dashboard:
             )
         authorization = request.headers.get("authorization", "")
         if kind != "page" and authorization.lower().startswith("bearer "):
-            return await self._bearer(authorization[7:].strip()), False
+            return await self._bearer(request, authorization[7:].strip()), False
         session = self.sealer.open(request.cookies.get(COOKIE))
         if auth:
             return (session if session is not None and session.signed_in and session.token else None), False
@@ -120,19 +125,39 @@ class Dashboard:
             return session, False
         return self.new_session("", {"name": ANONYMOUS, "role": "admin", "types": ()}), True
 
-    async def _bearer(self, token: str) -> Session:
+    async def _bearer(self, request: Request, token: str) -> Session:
         if not token:
             raise HTTPProblem(401, "Authorization: Bearer needs a token")
         key = hashlib.sha256(token.encode()).digest()
         cached = self._bearers.get(key)
         if cached is not None and time.monotonic() - cached[0] < BEARER_CACHE_S:
             return cached[1]
-        who = await self.ops.identity(token)
+        who = await self.checked_identity(request, token, "bearer token")
         session = self.new_session(token, who)
         self._bearers[key] = (time.monotonic(), session)
         while len(self._bearers) > MAX_BEARERS:
             self._bearers.popitem(last=False)
         return session
+
+    async def checked_identity(self, request: Request, token: str, how: str) -> dict[str, Any]:
+        """Who a token not seen before stands for; an address whose tokens were refused
+        MAX_REFUSED_TOKENS times within REFUSED_WINDOW_S is answered 429 until the window passes."""
+        address = remote_address(request)
+        now = time.monotonic()
+        refused = [at for at in self._refused.get(address, []) if now - at < REFUSED_WINDOW_S]
+        if len(refused) >= MAX_REFUSED_TOKENS:
+            raise HTTPProblem(429, "too many unknown tokens from this address: wait a minute")
+        try:
+            return await self.ops.identity(token)
+        except ShardqError as exc:
+            if exc.code != grpc.StatusCode.UNAUTHENTICATED:
+                raise
+            self._refused[address] = [*refused, now]
+            self._refused.move_to_end(address)
+            while len(self._refused) > MAX_ADDRESSES_TRACKED:
+                self._refused.popitem(last=False)
+            log.warning("dashboard token refused", how=how, remote=address)
+            raise
 
     def new_session(self, token: str, who: dict[str, Any]) -> Session:
         return Session(
@@ -290,6 +315,10 @@ def route(kind: Kind, action_name: str = "") -> Callable[[Handler], Callable[[Re
         return endpoint
 
     return wrap
+
+
+def remote_address(request: Request) -> str:
+    return request.client.host if request.client else ""
 
 
 def _secured(response: Response) -> Response:

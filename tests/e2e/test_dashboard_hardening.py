@@ -10,10 +10,13 @@ import json
 import re
 
 import pytest
+import structlog
 
+from dispatcher.dashboard import gateway as gateway_module
 from dispatcher.dashboard import serve
 from dispatcher.dashboard.gateway import Gateway
 from dispatcher.dashboard.settings import DashboardSettings
+from dispatcher.dashboard.web import MAX_REFUSED_TOKENS
 from shardq_common.errors import ConfigError
 from tests.e2e.test_dashboard_auth import ADMIN, BILLING_VIEWER, secured, sign_in  # noqa: F401
 from tests.support.dashboard import csrf_of, dashboard_client
@@ -108,3 +111,42 @@ def test_bulk_buttons_send_the_search_shown_and_an_empty_filter_needs_all(dispat
             everything = web.get("/jobs").text
             assert all(v.get("all") == "true" for v in _hx_vals(everything, "/api/jobs/bulk"))
             assert "No filter: apply to EVERY job" in html.unescape(everything)
+
+
+def test_unknown_tokens_take_no_kept_client_and_an_address_that_guesses_is_slowed(secured):  # noqa: F811
+    dispatcher, _, _ = secured
+    with dashboard_client(dispatcher.target) as web:
+        sign_in(web, ADMIN)
+        assert web.get("/api/me").json()["name"] == "ops"
+        kept = len(web.app.state.dashboard.gateway._clients)
+        with structlog.testing.capture_logs() as logs:
+            for n in range(MAX_REFUSED_TOKENS):
+                guess = {"Authorization": f"Bearer guess-{n:04d}-0123456789"}
+                assert web.post("/api/queues/email.send/pause", headers=guess).status_code == 401
+        assert len(web.app.state.dashboard.gateway._clients) == kept
+        refusals = [e for e in logs if e["event"] == "dashboard token refused"]
+        assert len(refusals) == MAX_REFUSED_TOKENS and refusals[0]["remote"] == "testclient"
+        assert all("guess-" not in str(e) for e in logs)  # never the token
+        slowed = web.get("/api/me", headers={"Authorization": "Bearer guess-again-0123456789"})
+        assert slowed.status_code == 429 and "wait a minute" in slowed.json()["error"]
+        assert web.get("/api/me").json()["name"] == "ops"  # the signed-in session goes on
+        form = web.get("/signin").text
+        refused = web.post("/signin", data={"csrf": csrf_of(form), "token": "guess-more-0123456789"})
+        assert refused.status_code == 429
+
+
+def test_a_client_pushed_out_of_the_cache_finishes_its_calls(secured, monkeypatch):  # noqa: F811
+    dispatcher, _, _ = secured
+    monkeypatch.setattr(gateway_module, "MAX_CLIENTS", 1)
+
+    async def scenario() -> str:
+        gateway = Gateway(dispatcher.target)
+        try:
+            admin = gateway.client(ADMIN)
+            gateway.client(BILLING_VIEWER)  # pushes the admin's client out
+            await asyncio.sleep(0.2)
+            return (await admin.whoami()).name
+        finally:
+            await gateway.close()
+
+    assert asyncio.run(scenario()) == "ops"
