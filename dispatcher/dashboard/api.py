@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import operations as ops
@@ -78,7 +78,7 @@ async def overview_stream(call: Call) -> Response:
     """Server-sent events: one ``point`` event (JSON) a second; ``problem`` when a sample fails."""
     count = ops.bounded_int(call.get("count"), "count", 0, 0, 10_000)
     every = (
-        ops.bounded_int(call.get("every_ms"), "every_ms", int(OVERVIEW_EVERY_S * 1000), 200, 60_000) / 1000
+        ops.bounded_int(call.get("every_ms"), "every_ms", int(OVERVIEW_EVERY_S * 1000), 1000, 60_000) / 1000
     )
     operations, session, request = _ops(call), call.session, call.request
 
@@ -102,7 +102,8 @@ async def overview_stream(call: Call) -> Response:
                 return
             await asyncio.sleep(every)
 
-    return StreamingResponse(events(), media_type="text/event-stream")
+    dash: Dashboard = call.request.app.state.dashboard
+    return dash.stream(session, events())
 
 
 @route("api")
@@ -277,7 +278,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         overview_stream,
         (
             Param("count", "query", "end after this many points (0: run on)"),
-            Param("every_ms", "query", "milliseconds between points (200..60000)"),
+            Param("every_ms", "query", "milliseconds between points (1000..60000)"),
         ),
         stream=True,
     ),

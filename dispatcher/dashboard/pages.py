@@ -9,7 +9,7 @@ from html import escape
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from . import operations as ops
@@ -73,7 +73,7 @@ async def queues_stream(call: Call) -> Response:
                 return
             await asyncio.sleep(QUEUES_EVERY_S)
 
-    return StreamingResponse(events(), media_type="text/event-stream")
+    return dash.stream(session, events())
 
 
 @route("page")

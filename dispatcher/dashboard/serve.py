@@ -21,6 +21,9 @@ from .settings import DashboardSettings, host_port, is_loopback
 log = structlog.get_logger("shardq.dashboard")
 #: How long the start waits for the dispatcher to say whether it checks tokens.
 PROBE_S = 10.0
+#: Connections and requests served at once; beyond, uvicorn answers 503 (live streams have their
+#: own, smaller cap: web.MAX_STREAMS).
+MAX_CONCURRENCY = 256
 
 
 class _Server(uvicorn.Server):
@@ -87,6 +90,7 @@ async def start_dashboard(settings: DashboardSettings) -> RunningDashboard:
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,
         lifespan="on",
+        limit_concurrency=MAX_CONCURRENCY,
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve())

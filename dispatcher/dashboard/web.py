@@ -14,7 +14,7 @@ import hashlib
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,8 +24,9 @@ import grpc
 import structlog
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.templating import Jinja2Templates
+from starlette.types import Receive, Scope, Send
 
 from worker_sdk import ShardqError
 
@@ -60,6 +61,9 @@ SECURITY_HEADERS = {
     "cache-control": "no-store",
 }
 ANONYMOUS = "anonymous"
+#: Live streams (server-sent events) open at once: per session, and in all.
+MAX_STREAMS_PER_SESSION = 4
+MAX_STREAMS = 64
 
 Kind = Literal["page", "api", "action"]
 
@@ -88,6 +92,7 @@ class Dashboard:
         self._auth_probe: tuple[float, bool] = (0.0, True)
         self._bearers: OrderedDict[bytes, tuple[float, Session]] = OrderedDict()
         self._refused: OrderedDict[str, list[float]] = OrderedDict()
+        self._streams: dict[str, int] = {}
 
     # -- who is calling -------------------------------------------------------------------------
 
@@ -188,6 +193,29 @@ class Dashboard:
             httponly=True,
             samesite="strict",
         )
+
+    # -- live streams ---------------------------------------------------------------------------
+
+    def stream(self, session: Session, events: AsyncIterator[str]) -> Response:
+        """A server-sent events answer that holds one of the session's and the process's stream
+        places while it runs; 429 when none is free."""
+        key = session.csrf  # one per session cookie (and per cached bearer token)
+        if sum(self._streams.values()) >= MAX_STREAMS:
+            raise HTTPProblem(
+                429, f"the dashboard serves {MAX_STREAMS} live streams at most: try again later"
+            )
+        if self._streams.get(key, 0) >= MAX_STREAMS_PER_SESSION:
+            raise HTTPProblem(
+                429, f"at most {MAX_STREAMS_PER_SESSION} live streams per session: close a page first"
+            )
+        self._streams[key] = self._streams.get(key, 0) + 1
+
+        def release() -> None:
+            left = self._streams.pop(key, 1) - 1
+            if left:
+                self._streams[key] = left
+
+        return _HeldStream(events, release)
 
     # -- inputs ---------------------------------------------------------------------------------
 
@@ -315,6 +343,20 @@ def route(kind: Kind, action_name: str = "") -> Callable[[Handler], Callable[[Re
         return endpoint
 
     return wrap
+
+
+class _HeldStream(StreamingResponse):
+    """An event stream that gives its place back when it ends, however it ends."""
+
+    def __init__(self, events: AsyncIterator[str], release: Callable[[], None]) -> None:
+        super().__init__(events, media_type="text/event-stream")
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 def remote_address(request: Request) -> str:

@@ -5,6 +5,7 @@ scope leaks and bad input. Real dispatcher, Redis and database (both backends)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import json
 import re
@@ -14,13 +15,15 @@ import structlog
 
 from dispatcher.dashboard import gateway as gateway_module
 from dispatcher.dashboard import serve
+from dispatcher.dashboard import web as web_module
 from dispatcher.dashboard.gateway import Gateway
 from dispatcher.dashboard.settings import DashboardSettings
-from dispatcher.dashboard.web import MAX_REFUSED_TOKENS
+from dispatcher.dashboard.web import MAX_REFUSED_TOKENS, MAX_STREAMS_PER_SESSION
 from shardq_common.errors import ConfigError
 from tests.e2e.test_dashboard_auth import ADMIN, BILLING_VIEWER, secured, sign_in  # noqa: F401
 from tests.support.dashboard import csrf_of, dashboard_client
 from tests.support.ports import free_port
+from tests.support.wait import wait_until
 from worker_sdk import Client
 
 
@@ -150,3 +153,21 @@ def test_a_client_pushed_out_of_the_cache_finishes_its_calls(secured, monkeypatc
             await gateway.close()
 
     assert asyncio.run(scenario()) == "ops"
+
+
+def test_live_streams_are_bounded_in_pace_and_number(dispatcher, monkeypatch):
+    with dashboard_client(dispatcher.target) as web, contextlib.ExitStack() as held:
+        fast = web.get("/api/overview/stream", params={"every_ms": "500"})
+        assert fast.status_code == 400 and "every_ms: 1000..60000" in fast.json()["error"]
+        streams = [
+            held.enter_context(web.stream("GET", path))
+            for path in ("/api/overview/stream", "/queues/stream", "/api/overview/stream", "/queues/stream")
+        ]
+        assert [s.status_code for s in streams] == [200] * MAX_STREAMS_PER_SESSION
+        over = web.get("/queues/stream")
+        assert over.status_code == 429 and "per session" in over.json()["error"]
+        streams[0].close()
+        wait_until(lambda: web.get("/api/overview/stream", params={"count": "1"}).status_code == 200, 10)
+        monkeypatch.setattr(web_module, "MAX_STREAMS", MAX_STREAMS_PER_SESSION - 1)  # the 3 held fill it
+        full = web.get("/api/overview/stream", params={"count": "1"})
+        assert full.status_code == 429 and "live streams at most" in full.json()["error"]
