@@ -193,7 +193,7 @@ async def requeue_dead(call: Call) -> Response:
     name, reason = _dead_filter(call)
     if call.get("dry_run") in ("1", "true"):
         data = await _ops(call).dead_count(call.session, name, reason)
-        more = "at least " if data["at_least"] else ""
+        more = "about " if data["at_least"] else ""
         return outcome(call, data, f"dry run: {more}{data['count']} dead jobs would be requeued")
     data = await _ops(call).requeue_dead(call.session, name, reason)
     return outcome(call, data, f"requeued {data['requeued']} jobs")
@@ -204,7 +204,7 @@ async def purge_dead(call: Call) -> Response:
     name, reason = _dead_filter(call)
     if call.get("dry_run") in ("1", "true"):
         data = await _ops(call).dead_count(call.session, name, reason)
-        more = "at least " if data["at_least"] else ""
+        more = "about " if data["at_least"] else ""
         return outcome(call, data, f"dry run: {more}{data['count']} dead jobs would be purged")
     data = await _ops(call).purge_dead(call.session, name, reason)
     return outcome(call, data, f"purged {data['purged']} jobs")

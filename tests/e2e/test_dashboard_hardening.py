@@ -20,9 +20,12 @@ from dispatcher.dashboard.gateway import Gateway
 from dispatcher.dashboard.settings import DashboardSettings
 from dispatcher.dashboard.web import MAX_REFUSED_TOKENS, MAX_STREAMS_PER_SESSION
 from shardq_common.errors import ConfigError
+from shardq_common.tls import ChannelSecurity
+from tests.e2e.conftest import TEST_SETTINGS
 from tests.e2e.test_dashboard_auth import ADMIN, BILLING_VIEWER, secured, sign_in  # noqa: F401
 from tests.support.dashboard import csrf_of, dashboard_client
 from tests.support.ports import free_port
+from tests.support.processes import DispatcherProcess
 from tests.support.wait import wait_until
 from worker_sdk import Client
 
@@ -171,3 +174,46 @@ def test_live_streams_are_bounded_in_pace_and_number(dispatcher, monkeypatch):
         monkeypatch.setattr(web_module, "MAX_STREAMS", MAX_STREAMS_PER_SESSION - 1)  # the 3 held fill it
         full = web.get("/api/overview/stream", params={"count": "1"})
         assert full.status_code == 429 and "live streams at most" in full.json()["error"]
+
+
+SCOPED_VIEWER = "final-b-viewer-0123456789"
+
+
+@pytest.fixture
+def scoped_dead(redis_url, db_url, tmp_path, start_worker, monkeypatch):
+    """A dispatcher with auth: 3 dead jobs of final.a (older), then 3 of final.b; a viewer scoped to
+    final.b and its schedule, and another schedule outside its scope."""
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(
+        f"{ADMIN} role=admin name=ops\n{SCOPED_VIEWER} role=viewer types=final.b name=b-oncall\n"
+    )
+    security = ChannelSecurity.resolve(token=ADMIN, env={})
+    dispatcher = DispatcherProcess(
+        redis_url, db_url, tmp_path, security=security, **{**TEST_SETTINGS, "auth_tokens_file": tokens}
+    )
+    try:
+        dispatcher.start()
+        monkeypatch.setenv("SHARDQ_TOKEN", ADMIN)
+        start_worker(dispatcher.target, types="final.a,final.b")
+        with Client(dispatcher.target, token=ADMIN, timeout=10) as admin:
+            outside = [admin.enqueue("final.a", {"n": n}) for n in range(3)]
+            wait_until(lambda: all(admin.get_job(j).status == "dead" for j in outside), 20)
+            inside = [admin.enqueue("final.b", {"n": n}) for n in range(3)]
+            wait_until(lambda: all(admin.get_job(j).status == "dead" for j in inside), 20)
+            for name, job_type in (("b.nightly", "final.b"), ("a.nightly", "final.a")):
+                admin.upsert_schedule(name=name, cron="0 3 * * *", job_type=job_type)
+            yield dispatcher, admin, outside, inside
+    finally:
+        dispatcher.kill()
+
+
+def test_a_scoped_viewer_pages_through_its_dead_jobs_and_counts_them(scoped_dead):
+    dispatcher, _, outside, inside = scoped_dead
+    with dashboard_client(dispatcher.target) as web:
+        sign_in(web, SCOPED_VIEWER)
+        first = web.get("/api/dead", params={"limit": 2}).json()
+        assert [j["id"] for j in first["jobs"]] == sorted(inside)[:2] and first["next_after"]
+        rest = web.get("/api/dead", params={"limit": 2, "after": first["next_after"]}).json()
+        assert [j["id"] for j in rest["jobs"]] == sorted(inside)[2:]
+        assert web.get("/api/dead/count").json() == {"count": 3, "at_least": False}
+        assert web.get("/api/dead/count", params={"reason": "not_retryable"}).json()["count"] == 3
