@@ -178,7 +178,10 @@ class JobService(pb_grpc.JobServiceServicer):
         row = await (self._committed_row(job_id) if flush_first else self.store.get_job(job_id))
         if row is None:
             raise NotFound(f"no job {job_id}")
-        auth.check_types([row.type], "job_id")  # a producer reads the jobs of the types it may enqueue
+        # A scoped caller reads its own types' jobs (a producer, those it may enqueue); another's
+        # job is answered as missing, so that its type is not told.
+        if not auth.may_use(row.type):
+            raise NotFound(f"no job {job_id}")
         # Redis holds the live state; the row may lag it by the write-behind interval.
         record = await self.working_set.record(row.shard, job_id)
         if record is not None and record.state in _OUTCOMES and row.status != record.state:
@@ -252,6 +255,7 @@ class JobService(pb_grpc.JobServiceServicer):
                 next_occurrence_ms=(r.next_occurrence_ms or 0) if r.enabled else 0,
             )
             for r in await self.store.list_schedules()
+            if auth.may_use(r.type)  # a scoped caller sees its own types' schedules only
         ]
         reply.queues.extend(out)
         reply.schedules.extend(schedules)

@@ -10,6 +10,7 @@ import html
 import json
 import re
 
+import grpc
 import pytest
 import structlog
 
@@ -20,6 +21,8 @@ from dispatcher.dashboard.gateway import Gateway
 from dispatcher.dashboard.settings import DashboardSettings
 from dispatcher.dashboard.web import MAX_REFUSED_TOKENS, MAX_STREAMS_PER_SESSION
 from shardq_common.errors import ConfigError
+from shardq_common.pb import shardq_pb2 as pb
+from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from shardq_common.tls import ChannelSecurity
 from tests.e2e.conftest import TEST_SETTINGS
 from tests.e2e.test_dashboard_auth import ADMIN, BILLING_VIEWER, secured, sign_in  # noqa: F401
@@ -217,3 +220,22 @@ def test_a_scoped_viewer_pages_through_its_dead_jobs_and_counts_them(scoped_dead
         assert [j["id"] for j in rest["jobs"]] == sorted(inside)[2:]
         assert web.get("/api/dead/count").json() == {"count": 3, "at_least": False}
         assert web.get("/api/dead/count", params={"reason": "not_retryable"}).json()["count"] == 3
+
+
+def test_a_scoped_viewer_sees_neither_other_schedules_nor_other_jobs_types(scoped_dead):
+    dispatcher, _, outside, _ = scoped_dead
+    with dashboard_client(dispatcher.target) as web:
+        sign_in(web, SCOPED_VIEWER)
+        other = web.get(f"/api/jobs/{outside[0]}")
+        assert other.status_code == 404 and other.json()["error"] == f"no job {outside[0]}"
+        page = web.get(f"/jobs/{outside[0]}").text
+        assert "final.a" not in page and f"no job {outside[0]}" in page
+    with grpc.insecure_channel(dispatcher.target) as channel:
+        stats = pb_grpc.JobServiceStub(channel).Stats(
+            pb.StatsRequest(), metadata=(("authorization", f"Bearer {SCOPED_VIEWER}"),), timeout=10
+        )
+        assert [s.name for s in stats.schedules] == ["b.nightly"]
+    with dashboard_client(dispatcher.target) as web:  # the cluster-wide figures say so
+        sign_in(web, SCOPED_VIEWER)
+        assert "whatever your scope" in web.get("/").text
+        assert "whatever your scope" in web.get("/workers").text
