@@ -108,6 +108,8 @@ JOBS_PAGE = 50
 MAX_JOBS_PAGE = 500
 MAX_PAYLOAD_MATCHES = 4
 MAX_FIELD_CHARS = 1000
+#: The last second of the year 9999: later moments (and inf) do not fit the dispatcher's milliseconds.
+MAX_EPOCH_S = 253_402_300_799
 
 
 def _listed(value: str, field: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
@@ -123,16 +125,18 @@ def _moment(value: str, field: str) -> float | None:
     if not value:
         return None
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise BadInput(
-            f"{field}: an ISO 8601 date-time (2026-12-05T16:00, UTC unless an offset is given)"
-        ) from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise BadInput(
+                f"{field}: an ISO 8601 date-time (2026-12-05T16:00, UTC unless an offset is given)"
+            ) from None
+        seconds = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    if not 0 <= seconds <= MAX_EPOCH_S:  # inf and nan too
+        raise BadInput(f"{field}: a moment between 1970 and 9999")
+    return seconds
 
 
 def _payload_matches(value: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from . import operations as ops
 from .errors import HTTPProblem, problem_of
 from .rates import Window
 from .sessions import COOKIE, same_token
-from .web import Call, Dashboard, attempt, route, secured
+from .web import Call, Dashboard, attempt, log, remote_address, route, secured
 
 QUEUES_EVERY_S = 2.0
 MAX_STREAM_S = 600.0
@@ -199,9 +199,9 @@ async def signin(request: Request) -> Response:
             session = dash.new_session(token, who)
             response: Response = RedirectResponse(context["next"], 303)
             dash.set_cookie(request, response, session)
-            from .web import log
-
-            log.info("dashboard sign-in", user=session.name, role=session.role)
+            log.info(
+                "dashboard sign-in", user=session.name, role=session.role, remote=remote_address(request)
+            )
             return secured(response)
         except Exception as exc:
             problem = problem_of(exc) or HTTPProblem(500, "internal error; see the dashboard's log")
@@ -218,13 +218,17 @@ async def signin(request: Request) -> Response:
 async def signout(request: Request) -> Response:
     dash = _dash(request)
     session = dash.sealer.open(request.cookies.get(COOKIE))
-    inputs = await dash.inputs(request)
-    if session is None or not same_token(
-        request.headers.get("x-csrf-token") or inputs.get("csrf"), session.csrf
-    ):
-        return secured(
-            dash.problem_response(request, "action", HTTPProblem(403, "CSRF token missing or wrong"))
-        )
+    try:
+        inputs = await dash.inputs(request)
+        if session is None or not same_token(
+            request.headers.get("x-csrf-token") or inputs.get("csrf"), session.csrf
+        ):
+            raise HTTPProblem(403, "CSRF token missing or wrong")
+    except Exception as exc:
+        problem = problem_of(exc) or HTTPProblem(500, "internal error; see the dashboard's log")
+        return secured(dash.problem_response(request, "action", problem))
+    assert session is not None
+    log.info("dashboard sign-out", user=session.name, role=session.role, remote=remote_address(request))
     response = RedirectResponse("/signin", 303)
     dash.set_cookie(request, response, None)
     return secured(response)

@@ -221,24 +221,28 @@ class Dashboard:
 
     async def inputs(self, request: Request) -> dict[str, str]:
         """Query parameters, then the form or JSON body (bounded), as strings."""
-        values = dict(request.query_params)
+        # A CSRF token never comes from the URL (it would end up in logs and Referer headers).
+        values = {k: v for k, v in request.query_params.items() if k != "csrf"}
         if request.method in ("GET", "HEAD"):
             return values
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             raise HTTPProblem(413, f"request body: at most {MAX_BODY_BYTES} bytes")
+        # Read bounded whatever the type, a chunked body (no Content-Length) included; the form
+        # parser then reads what was kept.
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise HTTPProblem(413, f"request body: at most {MAX_BODY_BYTES} bytes")
+        request._body = body
         content_type = request.headers.get("content-type", "")
         if content_type.startswith("application/json"):
-            body = b""
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > MAX_BODY_BYTES:
-                    raise HTTPProblem(413, f"request body: at most {MAX_BODY_BYTES} bytes")
             if body:
                 try:
                     parsed = json.loads(body)
-                except ValueError:
-                    raise HTTPProblem(400, "request body: not JSON") from None
+                except (ValueError, RecursionError):
+                    raise HTTPProblem(400, "request body: not JSON (or nested too deep)") from None
                 if not isinstance(parsed, dict):
                     raise HTTPProblem(400, "request body: a JSON object")
                 for key, value in parsed.items():
@@ -258,7 +262,7 @@ class Dashboard:
     def check_csrf(self, request: Request, session: Session, inputs: dict[str, str]) -> None:
         if request.headers.get("authorization", "").lower().startswith("bearer "):
             return  # a browser never adds this header by itself: no cross-site forgery with it
-        given = request.headers.get("x-csrf-token") or inputs.get("csrf")
+        given = request.headers.get("x-csrf-token") or inputs.get("csrf")  # the body's, not the URL's
         if not same_token(given, session.csrf):
             raise HTTPProblem(403, "CSRF token missing or wrong: reload the page and try again")
 

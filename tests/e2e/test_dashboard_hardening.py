@@ -239,3 +239,50 @@ def test_a_scoped_viewer_sees_neither_other_schedules_nor_other_jobs_types(scope
         sign_in(web, SCOPED_VIEWER)
         assert "whatever your scope" in web.get("/").text
         assert "whatever your scope" in web.get("/workers").text
+
+
+def _chunked(data: bytes):
+    """A body sent without Content-Length (Transfer-Encoding: chunked)."""
+    yield data[: len(data) // 2]
+    yield data[len(data) // 2 :]
+
+
+def test_bad_input_gets_a_4xx_with_a_message_not_a_500(dispatcher):
+    with dashboard_client(dispatcher.target) as web, Client(dispatcher.target, timeout=10) as client:
+        token = csrf_of(web.get("/queues").text)
+        json_headers = {"X-CSRF-Token": token, "content-type": "application/json"}
+        deep = web.post("/api/queues/noop.ok/pause", headers=json_headers, content=b"[" * 30_000)
+        assert deep.status_code == 400 and "not JSON" in deep.json()["error"]
+        for moment in ("inf", "-inf", "nan", "1e300", "-5"):
+            bad = web.get("/api/jobs", params={"created_after": moment})
+            assert bad.status_code == 400 and "created_after: a moment" in bad.json()["error"], moment
+        boundary = "b0undary"
+        field = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="token"\r\n\r\n'.encode()
+            + b"x" * 70_000
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
+        multipart = {"content-type": f"multipart/form-data; boundary={boundary}"}
+        for path in ("/signin", "/signout", "/api/queues/noop.ok/pause"):
+            big = web.post(path, headers={**multipart, "X-CSRF-Token": token}, content=_chunked(field))
+            assert big.status_code == 413 and "at most 65536 bytes" in big.text, (path, big.text)
+        signout = web.post("/signout", headers=json_headers, content=b"{")
+        assert signout.status_code == 400 and "not JSON" in signout.json()["error"]
+        in_url = web.post(f"/api/queues/noop.ok/pause?csrf={token}")
+        assert in_url.status_code == 403 and "CSRF" in in_url.json()["error"]
+        assert not client.get_queue("noop.ok").settings.paused
+
+
+def test_sign_ins_sign_outs_and_refused_tokens_are_logged_with_the_address_never_the_token(secured):  # noqa: F811
+    dispatcher, _, _ = secured
+    with dashboard_client(dispatcher.target) as web, structlog.testing.capture_logs() as logs:
+        sign_in(web, "made-up-token-0123456789", expect=401)
+        sign_in(web, ADMIN)
+        web.post("/signout", data={"csrf": csrf_of(web.get("/queues").text)})
+    events = {e["event"]: e for e in logs}
+    assert events["dashboard token refused"]["how"] == "sign-in"
+    assert events["dashboard sign-in"]["user"] == "ops"
+    assert events["dashboard sign-out"]["user"] == "ops"
+    for name in ("dashboard token refused", "dashboard sign-in", "dashboard sign-out"):
+        assert events[name]["remote"] == "testclient", name
+    assert not any("made-up-token" in str(e) or ADMIN in str(e) for e in logs)
