@@ -15,7 +15,7 @@ from starlette.routing import Route
 from . import operations as ops
 from .errors import HTTPProblem, problem_of
 from .rates import Window
-from .sessions import COOKIE, same_token
+from .sessions import COOKIE, SIGNIN_COOKIE, same_token
 from .web import Call, Dashboard, attempt, log, remote_address, route, secured
 
 QUEUES_EVERY_S = 2.0
@@ -179,7 +179,7 @@ async def signin(request: Request) -> Response:
     """GET: the form. POST: check the token with the dispatcher (WhoAmI) and seal it into the
     session cookie. The form's CSRF token comes from a pre-session cookie."""
     dash = _dash(request)
-    pre = dash.sealer.open(request.cookies.get(COOKIE))
+    pre = dash.sealer.open(request.cookies.get(SIGNIN_COOKIE))
     if pre is None or pre.signed_in:
         pre = dash.pre_session()
     context: dict[str, Any] = {"session": None, "csrf": pre.csrf, "error": "", "next": "/"}
@@ -199,6 +199,7 @@ async def signin(request: Request) -> Response:
             session = dash.new_session(token, who)
             response: Response = RedirectResponse(context["next"], 303)
             dash.set_cookie(request, response, session)
+            dash.set_cookie(request, response, None, SIGNIN_COOKIE)
             log.info(
                 "dashboard sign-in", user=session.name, role=session.role, remote=remote_address(request)
             )
@@ -211,7 +212,7 @@ async def signin(request: Request) -> Response:
     else:
         context["next"] = _local(request.query_params.get("next", "/"))
     response = dash.render(request, "signin.html", context, status)
-    dash.set_cookie(request, response, pre)
+    dash.set_cookie(request, response, pre, SIGNIN_COOKIE)
     return secured(response)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 import grpc
 import structlog
@@ -177,15 +178,17 @@ class Dashboard:
         """A session that is no sign-in, to carry the sign-in form's CSRF token."""
         return Session(token="", name="", role="", types=(), expires=time.time() + 3600)
 
-    def set_cookie(self, request: Request, response: Response, session: Session | None) -> None:
+    def set_cookie(
+        self, request: Request, response: Response, session: Session | None, name: str = COOKIE
+    ) -> None:
         secure = self.settings.secure_cookies
         if secure is None:
             secure = request.url.scheme == "https"
         if session is None:
-            response.delete_cookie(COOKIE, path="/", secure=secure, httponly=True, samesite="strict")
+            response.delete_cookie(name, path="/", secure=secure, httponly=True, samesite="strict")
             return
         response.set_cookie(
-            COOKIE,
+            name,
             self.sealer.seal(session),
             max_age=max(1, round(session.expires - time.time())),
             path="/",
@@ -299,11 +302,14 @@ def route(kind: Kind, action_name: str = "") -> Callable[[Handler], Callable[[Re
             fresh: Session | None = None
             session: Session | None = None
             try:
+                if kind == "page" and _cookie_held_back(request):
+                    return _secured(HTMLResponse(RELOAD_PAGE))
                 session, is_new = await dash.session_of(request, kind)
                 fresh = session if is_new else None
                 if session is None:
                     if kind == "page":
-                        response: Response = RedirectResponse(f"/signin?next={request.url.path}", 303)
+                        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                        response: Response = RedirectResponse(f"/signin?next={quote(here, safe='')}", 303)
                         return _secured(response)
                     raise HTTPProblem(401, "sign in first, or send Authorization: Bearer <token>")
                 inputs = await dash.inputs(request)
@@ -347,6 +353,24 @@ def route(kind: Kind, action_name: str = "") -> Callable[[Handler], Callable[[Re
         return endpoint
 
     return wrap
+
+
+#: Answers a link followed from another site: the browser held the SameSite=Strict cookie back,
+#: and loading the page again from here sends it (a meta refresh: the CSP allows no script).
+RELOAD_PAGE = (
+    '<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="0">'
+    "<title>shardq</title></head><body><p>Loading…</p></body></html>"
+)
+
+
+def _cookie_held_back(request: Request) -> bool:
+    """A navigation from another site that came without the session cookie."""
+    return (
+        request.method == "GET"
+        and COOKIE not in request.cookies
+        and request.headers.get("sec-fetch-site") in ("cross-site", "same-site")
+        and request.headers.get("sec-fetch-mode", "navigate") == "navigate"
+    )
 
 
 class _HeldStream(StreamingResponse):

@@ -9,6 +9,7 @@ import contextlib
 import html
 import json
 import re
+from urllib.parse import quote
 
 import grpc
 import pytest
@@ -286,3 +287,28 @@ def test_sign_ins_sign_outs_and_refused_tokens_are_logged_with_the_address_never
     for name in ("dashboard token refused", "dashboard sign-in", "dashboard sign-out"):
         assert events[name]["remote"] == "testclient", name
     assert not any("made-up-token" in str(e) or ADMIN in str(e) for e in logs)
+
+
+def test_a_shared_link_keeps_its_query_and_never_signs_the_user_out(secured):  # noqa: F811
+    dispatcher, _, _ = secured
+    with dashboard_client(dispatcher.target) as web:
+        wanted = "/jobs?type=billing.*&status=dead"
+        away = web.get(wanted)
+        assert away.headers["location"] == "/signin?next=" + quote(wanted, safe="")
+        form = web.get(away.headers["location"]).text
+        assert f'name="next" value="{html.escape(wanted)}"' in form
+        reply = web.post("/signin", data={"csrf": csrf_of(form), "token": ADMIN, "next": wanted})
+        assert reply.headers["location"] == wanted
+        # Showing the sign-in form again (a link followed while the cookie was held back) leaves
+        # the session as it is.
+        assert web.get("/signin").status_code == 200
+        assert web.get("/api/me").json()["name"] == "ops"
+        # A navigation from another site without the cookie gets a page that loads itself again.
+        session_cookies = dict(web.cookies)
+        web.cookies.clear()
+        cross = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}
+        held_back = web.get(wanted, headers=cross)
+        assert held_back.status_code == 200 and '<meta http-equiv="refresh" content="0">' in held_back.text
+        assert web.get(wanted, headers={"Sec-Fetch-Site": "same-origin"}).status_code == 303
+        web.cookies.update(session_cookies)
+        assert web.get(wanted, headers=cross).status_code == 200 and "Jobs" in web.get(wanted).text
