@@ -25,6 +25,7 @@ from shardq_common.errors import ConfigError
 from shardq_common.pb import shardq_pb2 as pb
 from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from shardq_common.tls import ChannelSecurity
+from tests.deploy.test_helm_chart import MINIMAL, _merge, helm  # noqa: F401
 from tests.e2e.conftest import TEST_SETTINGS
 from tests.e2e.test_dashboard_auth import ADMIN, BILLING_VIEWER, secured, sign_in  # noqa: F401
 from tests.support.dashboard import csrf_of, dashboard_client
@@ -312,3 +313,12 @@ def test_a_shared_link_keeps_its_query_and_never_signs_the_user_out(secured):  #
         assert web.get(wanted, headers={"Sec-Fetch-Site": "same-origin"}).status_code == 303
         web.cookies.update(session_cookies)
         assert web.get(wanted, headers=cross).status_code == 200 and "Jobs" in web.get(wanted).text
+
+
+def test_the_chart_refuses_dashboard_replicas_without_a_shared_session_secret(helm):  # noqa: F811
+    several = _merge(MINIMAL, {"dashboard": {"enabled": True, "allowOpen": True, "replicas": 2}})
+    proc = helm.template(several)
+    assert proc.returncode != 0 and "needs dashboard.sessionSecret.name" in proc.stderr, proc.stderr
+    shared = _merge(several, {"dashboard": {"sessionSecret": {"name": "dashboard-session"}}})
+    assert helm.template(shared).returncode == 0
+    assert helm.template(_merge(several, {"dashboard": {"replicas": 1}})).returncode == 0
