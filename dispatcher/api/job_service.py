@@ -6,6 +6,7 @@ import functools
 import json
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
@@ -196,7 +197,10 @@ class JobService(pb_grpc.JobServiceServicer):
         row = await (self._committed_row(job_id) if flush_first else self.store.get_job(job_id))
         if row is None:
             raise NotFound(f"no job {job_id}")
-        auth.check_types([row.type], "job_id")  # a producer reads the jobs of the types it may enqueue
+        # A scoped caller reads its own types' jobs (a producer, those it may enqueue); another's
+        # job is answered as missing, so that its type is not told.
+        if not auth.may_use(row.type):
+            raise NotFound(f"no job {job_id}")
         # Redis holds the live state; the row may lag it by the write-behind interval.
         record = await self.working_set.record(row.shard, job_id)
         if record is not None and record.state in _OUTCOMES and row.status != record.state:
@@ -271,6 +275,7 @@ class JobService(pb_grpc.JobServiceServicer):
                 next_occurrence_ms=(r.next_occurrence_ms or 0) if r.enabled else 0,
             )
             for r in await self.store.list_schedules()
+            if auth.may_use(r.type)  # a scoped caller sees its own types' schedules only
         ]
         reply.queues.extend(out)
         reply.schedules.extend(schedules)
@@ -311,8 +316,11 @@ class JobService(pb_grpc.JobServiceServicer):
         await self.writer.flush()
         if where.type:
             auth.check_types([where.type], "filter.type")
+        elif auth.scoped():
+            # A scoped viewer sees its own types' dead jobs only: chosen in the query, so that a page
+            # is full while more are left (dropped after the LIMIT, pages came out short or empty).
+            where = replace(where, types=tuple(t for t in await self.store.job_types() if auth.may_use(t)))
         rows = await self.store.list_dead(where, limit, request.after_id)
-        # A scoped viewer sees its own types' dead jobs only (the page can come out short).
         return pb.ListDeadResponse(jobs=[job_message(r) for r in rows if auth.may_use(r.type)])
 
     @rpc

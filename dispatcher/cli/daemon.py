@@ -85,7 +85,9 @@ def _dashboard(args: argparse.Namespace) -> int:
         return 2
     from .dashboard import run_dashboard
 
-    return run_dashboard(listen=args.listen, target=args.target, allow_open=args.allow_open)
+    return run_dashboard(
+        listen=args.listen, target=args.target, allow_open=args.allow_open, allowed_hosts=args.allowed_hosts
+    )
 
 
 def _demo_worker(args: argparse.Namespace) -> int:
@@ -144,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="serve a non-loopback address although the dispatcher checks no tokens "
         "(env SHARDQ_DASHBOARD_ALLOW_OPEN=1)",
+    )
+    dashboard.add_argument(
+        "--allowed-hosts",
+        help="comma-separated Host names the dashboard answers, e.g. shardq.example.com "
+        "(env SHARDQ_DASHBOARD_ALLOWED_HOSTS; default: the loopback names, or the listen address)",
     )
     dashboard.set_defaults(func=_dashboard)
     demo_worker = sub.add_parser(

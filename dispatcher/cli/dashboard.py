@@ -14,15 +14,22 @@ from shardq_common.logs import configure
 T = TypeVar("T")
 
 
-def run_dashboard(*, listen: str | None, target: str | None, allow_open: bool | None) -> int:
+def run_dashboard(
+    *, listen: str | None, target: str | None, allow_open: bool | None, allowed_hosts: str | None = None
+) -> int:
     import uvloop
 
     from ..dashboard.serve import start_dashboard
-    from ..dashboard.settings import DashboardSettings
+    from ..dashboard.settings import DashboardSettings, host_list
 
     configure("info", "console")
     try:
-        settings = DashboardSettings.from_env(listen=listen, target=target, allow_open=allow_open)
+        settings = DashboardSettings.from_env(
+            listen=listen,
+            target=target,
+            allow_open=allow_open,
+            allowed_hosts=host_list(allowed_hosts) if allowed_hosts else None,
+        )
     except ConfigError as exc:
         print(f"dispatcher dashboard: {exc}", file=sys.stderr)
         return 2

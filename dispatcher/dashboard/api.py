@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import operations as ops
@@ -78,7 +78,7 @@ async def overview_stream(call: Call) -> Response:
     """Server-sent events: one ``point`` event (JSON) a second; ``problem`` when a sample fails."""
     count = ops.bounded_int(call.get("count"), "count", 0, 0, 10_000)
     every = (
-        ops.bounded_int(call.get("every_ms"), "every_ms", int(OVERVIEW_EVERY_S * 1000), 200, 60_000) / 1000
+        ops.bounded_int(call.get("every_ms"), "every_ms", int(OVERVIEW_EVERY_S * 1000), 1000, 60_000) / 1000
     )
     operations, session, request = _ops(call), call.session, call.request
 
@@ -103,7 +103,8 @@ async def overview_stream(call: Call) -> Response:
                 return
             await asyncio.sleep(every)
 
-    return StreamingResponse(events(), media_type="text/event-stream")
+    dash: Dashboard = call.request.app.state.dashboard
+    return dash.stream(session, events())
 
 
 @route("api")
@@ -199,7 +200,7 @@ async def requeue_dead(call: Call) -> Response:
     name, reason = _dead_filter(call)
     if call.get("dry_run") in ("1", "true"):
         data = await _ops(call).dead_count(call.session, name, reason)
-        more = "at least " if data["at_least"] else ""
+        more = "about " if data["at_least"] else ""
         return outcome(call, data, f"dry run: {more}{data['count']} dead jobs would be requeued")
     data = await _ops(call).requeue_dead(call.session, name, reason)
     return outcome(call, data, f"requeued {data['requeued']} jobs")
@@ -210,7 +211,7 @@ async def purge_dead(call: Call) -> Response:
     name, reason = _dead_filter(call)
     if call.get("dry_run") in ("1", "true"):
         data = await _ops(call).dead_count(call.session, name, reason)
-        more = "at least " if data["at_least"] else ""
+        more = "about " if data["at_least"] else ""
         return outcome(call, data, f"dry run: {more}{data['count']} dead jobs would be purged")
     data = await _ops(call).purge_dead(call.session, name, reason)
     return outcome(call, data, f"purged {data['purged']} jobs")
@@ -284,7 +285,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         overview_stream,
         (
             Param("count", "query", "end after this many points (0: run on)"),
-            Param("every_ms", "query", "milliseconds between points (200..60000)"),
+            Param("every_ms", "query", "milliseconds between points (1000..60000)"),
         ),
         stream=True,
     ),
@@ -322,7 +323,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "/api/jobs/bulk",
         "cancel, requeue, run now or delete every job the filter selects",
         bulk_jobs,
-        (*_SEARCH, Param("action", "body", "what to do", True, ops.BULK_ACTIONS), _DRY),
+        (
+            *_SEARCH,
+            Param("action", "body", "what to do", True, ops.BULK_ACTIONS),
+            _DRY,
+            Param("all", "body", "true: confirms an empty filter (every job)", enum=("true", "false")),
+        ),
         action=True,
     ),  # fmt: skip
     Endpoint("GET", "/api/jobs/{id}", "a job", job, (Param("id", "path", "job id", True),)),

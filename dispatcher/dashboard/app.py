@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -45,6 +48,29 @@ class SecurityHeaders:
         await self.app(scope, receive, sending)
 
 
+class SameOriginWrites:
+    """A request that may change something (any method but GET, HEAD, OPTIONS) is refused when the
+    browser says it comes from another site: its Origin names another host, or Sec-Fetch-Site is
+    neither same-origin nor none. Scripts send neither header and are not affected."""
+
+    SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in self.SAFE:
+            headers = Headers(scope=scope)
+            origin, site = headers.get("origin"), headers.get("sec-fetch-site")
+            host = headers.get("host", "").lower()
+            foreign_origin = origin is not None and urlsplit(origin).netloc.lower() != host
+            if foreign_origin or (site is not None and site not in ("same-origin", "none")):
+                refused = JSONResponse({"error": "refused: the request came from another site"}, 403)
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 async def healthz(request: Request) -> Response:
     """Liveness for probes: the HTTP server answers (it calls no dispatcher and needs no session)."""
     return PlainTextResponse("ok")
@@ -67,6 +93,8 @@ def build_app(settings: DashboardSettings, gateway: Gateway | None = None) -> St
         ],
         lifespan=lifespan,
     )
+    app.add_middleware(SameOriginWrites)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.trusted_hosts(), www_redirect=False)
     app.add_middleware(SecurityHeaders)
     app.state.dashboard = dashboard
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from worker_sdk import ShardqError
 
@@ -39,6 +40,8 @@ def problem_of(exc: BaseException) -> HTTPProblem | None:
     """The HTTP answer for an error an operation raised; None for a bug (it propagates, 500)."""
     if isinstance(exc, HTTPProblem):
         return exc
+    if isinstance(exc, StarletteHTTPException):  # the form parser's refusals (a part too big...)
+        return HTTPProblem(exc.status_code, f"request body: {exc.detail}")
     if isinstance(exc, BadInput):
         return HTTPProblem(400, str(exc))
     if isinstance(exc, ShardqError):

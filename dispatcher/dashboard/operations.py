@@ -27,10 +27,9 @@ from .sessions import Session
 
 #: The payload and result shown on a job's page are cut here.
 MAX_SHOWN_BYTES = 64 * 1024
-#: Dead jobs a page lists, and those a dry-run counts at most before saying "at least".
+#: Dead jobs a page lists.
 DEAD_PAGE = 50
 MAX_DEAD_PAGE = 500
-MAX_DRY_RUN_COUNT = 50_000
 MAX_SCHEDULES_WITH_OCCURRENCES = 100
 NEXT_OCCURRENCES = 3
 MAX_REMEMBERED_LOOKS = 256
@@ -106,6 +105,8 @@ JOBS_PAGE = 50
 MAX_JOBS_PAGE = 500
 MAX_PAYLOAD_MATCHES = 4
 MAX_FIELD_CHARS = 1000
+#: The last second of the year 9999: later moments (and inf) do not fit the dispatcher's milliseconds.
+MAX_EPOCH_S = 253_402_300_799
 
 
 def _listed(value: str, field: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
@@ -121,16 +122,18 @@ def _moment(value: str, field: str) -> float | None:
     if not value:
         return None
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise BadInput(
-            f"{field}: an ISO 8601 date-time (2026-12-05T16:00, UTC unless an offset is given)"
-        ) from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise BadInput(
+                f"{field}: an ISO 8601 date-time (2026-12-05T16:00, UTC unless an offset is given)"
+            ) from None
+        seconds = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    if not 0 <= seconds <= MAX_EPOCH_S:  # inf and nan too
+        raise BadInput(f"{field}: a moment between 1970 and 9999")
+    return seconds
 
 
 def _payload_matches(value: str) -> dict[str, Any]:
@@ -226,7 +229,8 @@ class Operations:
     # -- who ----------------------------------------------------------------------------------
 
     async def identity(self, token: str) -> dict[str, Any]:
-        who = await self.gateway.client(token).whoami()
+        """Who ``token`` stands for; a token is checked before a client is kept for it."""
+        who = await (self.gateway.client("").whoami() if not token else self.gateway.verify(token))
         return asdict(who)
 
     # -- overview -----------------------------------------------------------------------------
@@ -384,7 +388,10 @@ class Operations:
     ) -> dict[str, Any]:
         if action not in BULK_ACTIONS:
             raise BadInput(f"action: one of {', '.join(BULK_ACTIONS)}")
-        found = await self.client(session).bulk_jobs(action, job_filter(inputs), dry_run=dry_run)
+        chosen = job_filter(inputs)
+        if chosen == JobFilter() and not dry_run and inputs.get("all") not in ("1", "true"):
+            raise BadInput(f"an empty filter selects every job: send all=true to {action} them all")
+        found = await self.client(session).bulk_jobs(action, chosen, dry_run=dry_run)
         return {"action": action, "dry_run": dry_run, **asdict(found)}
 
     # -- dead letters -------------------------------------------------------------------------
@@ -401,15 +408,14 @@ class Operations:
         }
 
     async def dead_count(self, session: Session, name: str | None, reason: str | None) -> dict[str, Any]:
-        """How many dead jobs match (the dry run of a bulk action), counted up to MAX_DRY_RUN_COUNT."""
-        client, counted, after = self.client(session), 0, ""
-        while counted < MAX_DRY_RUN_COUNT:
-            page = await client.dead_letters(job_type=name, reason=reason, limit=10_000, after_id=after)
-            counted += len(page)
-            if len(page) < 10_000:
-                return {"count": counted, "at_least": False}
-            after = page[-1].id
-        return {"count": counted, "at_least": True}
+        """How many dead jobs match (the dry run of a bulk action): the search's count, exact, or
+        (``at_least``) not exact: over what the database counts quickly, a bound or an estimate."""
+        found = await self.client(session).list_jobs(
+            JobFilter(types=(name,) if name else (), statuses=("dead",), dead_reason=reason or ""),
+            limit=1, with_total=True,
+        )  # fmt: skip
+        total = found.total or 0
+        return {"count": total, "at_least": not found.total_exact}
 
     async def requeue_dead(self, session: Session, name: str | None, reason: str | None) -> dict[str, Any]:
         n = await self.client(session).requeue_dead(all=True, job_type=name, reason=reason)

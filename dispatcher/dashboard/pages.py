@@ -9,14 +9,14 @@ from html import escape
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from . import operations as ops
 from .errors import HTTPProblem, problem_of
 from .rates import Window
-from .sessions import COOKIE, same_token
-from .web import Call, Dashboard, route, secured
+from .sessions import COOKIE, SIGNIN_COOKIE, same_token
+from .web import Call, Dashboard, log, remote_address, route, secured
 
 QUEUES_EVERY_S = 2.0
 MAX_STREAM_S = 600.0
@@ -75,7 +75,7 @@ async def queues_stream(call: Call) -> Response:
                 return
             await asyncio.sleep(QUEUES_EVERY_S)
 
-    return StreamingResponse(events(), media_type="text/event-stream")
+    return dash.stream(session, events())
 
 
 @route("page")
@@ -101,7 +101,11 @@ async def jobs(call: Call) -> Response:
 
     page, error = await dash.attempt(load())
     query = {k: v for k, v in call.inputs.items() if k != "cursor"}
-    return _page(call, "jobs.html", error=error, query=query, page=page, **_choices())
+    bulk_filter = {name: call.get(name) for name in ops.SEARCH_FIELDS}
+    return _page(
+        call, "jobs.html", error=error, query=query, page=page, bulk_filter=bulk_filter,
+        bulk_filter_set=any(bulk_filter.values()), **_choices(),
+    )  # fmt: skip
 
 
 def _choices() -> dict[str, Any]:
@@ -139,7 +143,20 @@ async def dead(call: Call) -> Response:
         return await dash.ops.dead(call.session, name, reason, after, ops.DEAD_PAGE)
 
     page, error = await dash.attempt(load())
-    return _page(call, "dead.html", page=page, error=error, filters=filters, reasons=ops.DEAD_REASONS)
+    try:  # the bulk buttons repeat the filter: none for one that is not valid
+        ops.job_type(filters["type"]), ops.dead_reason(filters["reason"])
+        filters_ok = True
+    except ops.BadInput:
+        filters_ok = False
+    return _page(
+        call,
+        "dead.html",
+        page=page,
+        error=error,
+        filters=filters,
+        filters_ok=filters_ok,
+        reasons=ops.DEAD_REASONS,
+    )
 
 
 @route("page")
@@ -167,7 +184,7 @@ async def signin(request: Request) -> Response:
     """GET: the form. POST: check the token with the dispatcher (WhoAmI) and seal it into the
     session cookie. The form's CSRF token comes from a pre-session cookie."""
     dash = _dash(request)
-    pre = dash.sealer.open(request.cookies.get(COOKIE))
+    pre = dash.sealer.open(request.cookies.get(SIGNIN_COOKIE))
     if pre is None or pre.signed_in:
         pre = dash.pre_session()
     context: dict[str, Any] = {"session": None, "csrf": pre.csrf, "error": "", "next": "/"}
@@ -181,15 +198,16 @@ async def signin(request: Request) -> Response:
             token = inputs.get("token", "").strip()
             if not token or len(token) > 4096:
                 raise HTTPProblem(400, "token: required (at most 4096 characters)")
-            who = await dash.ops.identity(token)
+            who = await dash.checked_identity(request, token, "sign-in")
             if not who["auth"]:
                 raise HTTPProblem(400, "the dispatcher checks no tokens: no sign-in needed")
             session = dash.new_session(token, who)
             response: Response = RedirectResponse(context["next"], 303)
             dash.set_cookie(request, response, session)
-            from .web import log
-
-            log.info("dashboard sign-in", user=session.name, role=session.role)
+            dash.set_cookie(request, response, None, SIGNIN_COOKIE)
+            log.info(
+                "dashboard sign-in", user=session.name, role=session.role, remote=remote_address(request)
+            )
             return secured(response)
         except Exception as exc:
             problem = problem_of(exc) or HTTPProblem(500, "internal error; see the dashboard's log")
@@ -199,20 +217,24 @@ async def signin(request: Request) -> Response:
     else:
         context["next"] = _local(request.query_params.get("next", "/"))
     response = dash.render(request, "signin.html", context, status)
-    dash.set_cookie(request, response, pre)
+    dash.set_cookie(request, response, pre, SIGNIN_COOKIE)
     return secured(response)
 
 
 async def signout(request: Request) -> Response:
     dash = _dash(request)
     session = dash.sealer.open(request.cookies.get(COOKIE))
-    inputs = await dash.inputs(request)
-    if session is None or not same_token(
-        request.headers.get("x-csrf-token") or inputs.get("csrf"), session.csrf
-    ):
-        return secured(
-            dash.problem_response(request, "action", HTTPProblem(403, "CSRF token missing or wrong"))
-        )
+    try:
+        inputs = await dash.inputs(request)
+        if session is None or not same_token(
+            request.headers.get("x-csrf-token") or inputs.get("csrf"), session.csrf
+        ):
+            raise HTTPProblem(403, "CSRF token missing or wrong")
+    except Exception as exc:
+        problem = problem_of(exc) or HTTPProblem(500, "internal error; see the dashboard's log")
+        return secured(dash.problem_response(request, "action", problem))
+    assert session is not None
+    log.info("dashboard sign-out", user=session.name, role=session.role, remote=remote_address(request))
     response = RedirectResponse("/signin", 303)
     dash.set_cookie(request, response, None)
     return secured(response)

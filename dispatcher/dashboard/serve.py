@@ -21,6 +21,9 @@ from .settings import DashboardSettings, host_port, is_loopback
 log = structlog.get_logger("shardq.dashboard")
 #: How long the start waits for the dispatcher to say whether it checks tokens.
 PROBE_S = 10.0
+#: Connections and requests served at once; beyond, uvicorn answers 503 (live streams have their
+#: own, smaller cap: web.MAX_STREAMS).
+MAX_CONCURRENCY = 256
 
 
 class _Server(uvicorn.Server):
@@ -34,7 +37,8 @@ class _Server(uvicorn.Server):
 async def check_exposure(settings: DashboardSettings, gateway: Gateway) -> bool | None:
     """Whether the dispatcher checks tokens (None: it did not answer within PROBE_S). A dashboard
     that would serve a non-loopback address in front of a dispatcher that checks none refuses to
-    start, unless allow_open: anyone reaching the port would act as admin."""
+    start, unless allow_open: anyone reaching the port would act as admin. So does one in front of a
+    dispatcher that did not answer: it cannot tell."""
     client = gateway.client("")
     deadline = asyncio.get_running_loop().time() + PROBE_S
     auth: bool | None = None
@@ -52,9 +56,10 @@ async def check_exposure(settings: DashboardSettings, gateway: Gateway) -> bool 
             await asyncio.sleep(0.5)
             client = gateway.client("")
     host, _ = host_port(settings.listen)
-    if auth is False and not is_loopback(host) and not settings.allow_open:
+    if auth is not True and not is_loopback(host) and not settings.allow_open:
+        why = "checks no tokens" if auth is False else "did not say whether it checks tokens"
         raise ConfigError(
-            "the dispatcher checks no tokens, so the dashboard serves loopback only; "
+            f"the dispatcher {why}, so the dashboard serves loopback only; "
             f"refusing {settings.listen} (turn auth on, listen on 127.0.0.1, "
             "or pass --allow-open / SHARDQ_DASHBOARD_ALLOW_OPEN=1)"
         )
@@ -87,6 +92,7 @@ async def start_dashboard(settings: DashboardSettings) -> RunningDashboard:
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,
         lifespan="on",
+        limit_concurrency=MAX_CONCURRENCY,
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve())

@@ -20,6 +20,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 COOKIE = "shardq_session"
+#: The sign-in form's own cookie (its CSRF token): showing the form leaves a session alone.
+SIGNIN_COOKIE = "shardq_signin"
 #: Cookies bigger than this are refused unread (a browser keeps 4 KiB per cookie anyway).
 MAX_COOKIE_CHARS = 4096
 _AAD = b"shardq-dashboard-session-v1"

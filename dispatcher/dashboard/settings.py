@@ -35,6 +35,11 @@ class DashboardSettings:
     #: TLS certificate and key files for serving HTTPS itself (SHARDQ_DASHBOARD_TLS_CERT/_KEY).
     tls_cert: str | None = None
     tls_key: str | None = None
+    #: Host header values answered (SHARDQ_DASHBOARD_ALLOWED_HOSTS or --allowed-hosts, comma-separated;
+    #: ``*.example.com`` matches subdomains). Unset: on loopback, the listen host, localhost,
+    #: 127.0.0.1 and [::1]; on a named address, that address; on a wildcard (0.0.0.0, ::), any.
+    #: Other names are refused so that a page whose name was rebound to this address cannot use it.
+    allowed_hosts: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, **overrides: object) -> DashboardSettings:
@@ -50,6 +55,7 @@ class DashboardSettings:
             else None,
             "tls_cert": env.get("SHARDQ_DASHBOARD_TLS_CERT") or None,
             "tls_key": env.get("SHARDQ_DASHBOARD_TLS_KEY") or None,
+            "allowed_hosts": host_list(env.get("SHARDQ_DASHBOARD_ALLOWED_HOSTS", "")),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)  # type: ignore[arg-type]
@@ -64,9 +70,29 @@ class DashboardSettings:
             raise ConfigError("SHARDQ_DASHBOARD_SESSION_S: 60..2592000 seconds")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ConfigError("SHARDQ_DASHBOARD_TLS_CERT and _KEY go together")
+        for pattern in self.allowed_hosts:
+            wildcard = pattern.startswith("*") and pattern != "*"
+            if "*" in pattern[1:] or (wildcard and not pattern.startswith("*.")):
+                raise ConfigError(f"SHARDQ_DASHBOARD_ALLOWED_HOSTS: {pattern!r}: a name, or *.domain")
+
+    def trusted_hosts(self) -> list[str]:
+        """The Host header values the dashboard answers (see allowed_hosts)."""
+        if self.allowed_hosts:
+            return list(self.allowed_hosts)
+        host, _ = host_port(self.listen)
+        shown = f"[{host}]" if ":" in host else host
+        if is_loopback(host):
+            return sorted({shown.lower(), "localhost", "127.0.0.1", "[::1]"})
+        if host in ("", "0.0.0.0", "::"):
+            return ["*"]
+        return [shown.lower()]
 
     def session_key(self) -> str:
         return self.secret or secrets.token_hex(32)
+
+
+def host_list(text: str | None) -> tuple[str, ...]:
+    return tuple(h.strip().lower() for h in (text or "").split(",") if h.strip())
 
 
 def host_port(listen: str) -> tuple[str, int]:

@@ -14,18 +14,20 @@ import hashlib
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 import grpc
 import structlog
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.templating import Jinja2Templates
+from starlette.types import Receive, Scope, Send
 
 from worker_sdk import ShardqError
 
@@ -44,6 +46,10 @@ MAX_FIELDS = 50
 AUTH_PROBE_S = 5.0
 BEARER_CACHE_S = 30.0
 MAX_BEARERS = 256
+#: Tokens the dispatcher refused, per remote address, before it is answered 429 for a while.
+MAX_REFUSED_TOKENS = 10
+REFUSED_WINDOW_S = 60.0
+MAX_ADDRESSES_TRACKED = 4096
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -56,6 +62,9 @@ SECURITY_HEADERS = {
     "cache-control": "no-store",
 }
 ANONYMOUS = "anonymous"
+#: Live streams (server-sent events) open at once: per session, and in all.
+MAX_STREAMS_PER_SESSION = 4
+MAX_STREAMS = 64
 
 Kind = Literal["page", "api", "action"]
 
@@ -83,6 +92,8 @@ class Dashboard:
         self.serves_loopback = is_loopback(host_port(settings.listen)[0])
         self._auth_probe: tuple[float, bool] = (0.0, True)
         self._bearers: OrderedDict[bytes, tuple[float, Session]] = OrderedDict()
+        self._refused: OrderedDict[str, list[float]] = OrderedDict()
+        self._streams: dict[str, int] = {}
 
     # -- who is calling -------------------------------------------------------------------------
 
@@ -102,35 +113,57 @@ class Dashboard:
 
     async def session_of(self, request: Request, kind: Kind) -> tuple[Session | None, bool]:
         """(the caller's session or None, whether it is new and goes into a cookie)."""
-        authorization = request.headers.get("authorization", "")
-        if kind != "page" and authorization.lower().startswith("bearer "):
-            return await self._bearer(authorization[7:].strip()), False
-        session = self.sealer.open(request.cookies.get(COOKIE))
-        if await self.auth_on():
-            return (session if session is not None and session.signed_in and session.token else None), False
-        if not self.serves_loopback and not self.settings.allow_open:
+        auth = await self.auth_on()
+        # Before any way in, bearer tokens included: without auth any token would be let through.
+        if not auth and not self.serves_loopback and not self.settings.allow_open:
             raise HTTPProblem(
                 403,
                 "the dispatcher checks no tokens, so this dashboard answers on loopback only "
                 "(turn auth on, or start it with --allow-open)",
             )
+        authorization = request.headers.get("authorization", "")
+        if kind != "page" and authorization.lower().startswith("bearer "):
+            return await self._bearer(request, authorization[7:].strip()), False
+        session = self.sealer.open(request.cookies.get(COOKIE))
+        if auth:
+            return (session if session is not None and session.signed_in and session.token else None), False
         if session is not None and session.signed_in and not session.token:
             return session, False
         return self.new_session("", {"name": ANONYMOUS, "role": "admin", "types": ()}), True
 
-    async def _bearer(self, token: str) -> Session:
+    async def _bearer(self, request: Request, token: str) -> Session:
         if not token:
             raise HTTPProblem(401, "Authorization: Bearer needs a token")
         key = hashlib.sha256(token.encode()).digest()
         cached = self._bearers.get(key)
         if cached is not None and time.monotonic() - cached[0] < BEARER_CACHE_S:
             return cached[1]
-        who = await self.ops.identity(token)
+        who = await self.checked_identity(request, token, "bearer token")
         session = self.new_session(token, who)
         self._bearers[key] = (time.monotonic(), session)
         while len(self._bearers) > MAX_BEARERS:
             self._bearers.popitem(last=False)
         return session
+
+    async def checked_identity(self, request: Request, token: str, how: str) -> dict[str, Any]:
+        """Who a token not seen before stands for; an address whose tokens were refused
+        MAX_REFUSED_TOKENS times within REFUSED_WINDOW_S is answered 429 until the window passes."""
+        address = remote_address(request)
+        now = time.monotonic()
+        refused = [at for at in self._refused.get(address, []) if now - at < REFUSED_WINDOW_S]
+        if len(refused) >= MAX_REFUSED_TOKENS:
+            raise HTTPProblem(429, "too many unknown tokens from this address: wait a minute")
+        try:
+            return await self.ops.identity(token)
+        except ShardqError as exc:
+            if exc.code != grpc.StatusCode.UNAUTHENTICATED:
+                raise
+            self._refused[address] = [*refused, now]
+            self._refused.move_to_end(address)
+            while len(self._refused) > MAX_ADDRESSES_TRACKED:
+                self._refused.popitem(last=False)
+            log.warning("dashboard token refused", how=how, remote=address)
+            raise
 
     def new_session(self, token: str, who: dict[str, Any]) -> Session:
         return Session(
@@ -145,15 +178,17 @@ class Dashboard:
         """A session that is no sign-in, to carry the sign-in form's CSRF token."""
         return Session(token="", name="", role="", types=(), expires=time.time() + 3600)
 
-    def set_cookie(self, request: Request, response: Response, session: Session | None) -> None:
+    def set_cookie(
+        self, request: Request, response: Response, session: Session | None, name: str = COOKIE
+    ) -> None:
         secure = self.settings.secure_cookies
         if secure is None:
             secure = request.url.scheme == "https"
         if session is None:
-            response.delete_cookie(COOKIE, path="/", secure=secure, httponly=True, samesite="strict")
+            response.delete_cookie(name, path="/", secure=secure, httponly=True, samesite="strict")
             return
         response.set_cookie(
-            COOKIE,
+            name,
             self.sealer.seal(session),
             max_age=max(1, round(session.expires - time.time())),
             path="/",
@@ -180,28 +215,55 @@ class Dashboard:
                 return None, "internal error; see the dashboard's log"
             return None, problem.message
 
+    # -- live streams ---------------------------------------------------------------------------
+
+    def stream(self, session: Session, events: AsyncIterator[str]) -> Response:
+        """A server-sent events answer that holds one of the session's and the process's stream
+        places while it runs; 429 when none is free."""
+        key = session.csrf  # one per session cookie (and per cached bearer token)
+        if sum(self._streams.values()) >= MAX_STREAMS:
+            raise HTTPProblem(
+                429, f"the dashboard serves {MAX_STREAMS} live streams at most: try again later"
+            )
+        if self._streams.get(key, 0) >= MAX_STREAMS_PER_SESSION:
+            raise HTTPProblem(
+                429, f"at most {MAX_STREAMS_PER_SESSION} live streams per session: close a page first"
+            )
+        self._streams[key] = self._streams.get(key, 0) + 1
+
+        def release() -> None:
+            left = self._streams.pop(key, 1) - 1
+            if left:
+                self._streams[key] = left
+
+        return _HeldStream(events, release)
+
     # -- inputs ---------------------------------------------------------------------------------
 
     async def inputs(self, request: Request) -> dict[str, str]:
         """Query parameters, then the form or JSON body (bounded), as strings."""
-        values = dict(request.query_params)
+        # A CSRF token never comes from the URL (it would end up in logs and Referer headers).
+        values = {k: v for k, v in request.query_params.items() if k != "csrf"}
         if request.method in ("GET", "HEAD"):
             return values
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             raise HTTPProblem(413, f"request body: at most {MAX_BODY_BYTES} bytes")
+        # Read bounded whatever the type, a chunked body (no Content-Length) included; the form
+        # parser then reads what was kept.
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise HTTPProblem(413, f"request body: at most {MAX_BODY_BYTES} bytes")
+        request._body = body
         content_type = request.headers.get("content-type", "")
         if content_type.startswith("application/json"):
-            body = b""
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > MAX_BODY_BYTES:
-                    raise HTTPProblem(413, f"request body: at most {MAX_BODY_BYTES} bytes")
             if body:
                 try:
                     parsed = json.loads(body)
-                except ValueError:
-                    raise HTTPProblem(400, "request body: not JSON") from None
+                except (ValueError, RecursionError):
+                    raise HTTPProblem(400, "request body: not JSON (or nested too deep)") from None
                 if not isinstance(parsed, dict):
                     raise HTTPProblem(400, "request body: a JSON object")
                 for key, value in parsed.items():
@@ -221,7 +283,7 @@ class Dashboard:
     def check_csrf(self, request: Request, session: Session, inputs: dict[str, str]) -> None:
         if request.headers.get("authorization", "").lower().startswith("bearer "):
             return  # a browser never adds this header by itself: no cross-site forgery with it
-        given = request.headers.get("x-csrf-token") or inputs.get("csrf")
+        given = request.headers.get("x-csrf-token") or inputs.get("csrf")  # the body's, not the URL's
         if not same_token(given, session.csrf):
             raise HTTPProblem(403, "CSRF token missing or wrong: reload the page and try again")
 
@@ -258,11 +320,14 @@ def route(kind: Kind, action_name: str = "") -> Callable[[Handler], Callable[[Re
             fresh: Session | None = None
             session: Session | None = None
             try:
+                if kind == "page" and _cookie_held_back(request):
+                    return _secured(HTMLResponse(RELOAD_PAGE))
                 session, is_new = await dash.session_of(request, kind)
                 fresh = session if is_new else None
                 if session is None:
                     if kind == "page":
-                        response: Response = RedirectResponse(f"/signin?next={request.url.path}", 303)
+                        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                        response: Response = RedirectResponse(f"/signin?next={quote(here, safe='')}", 303)
                         return _secured(response)
                     raise HTTPProblem(401, "sign in first, or send Authorization: Bearer <token>")
                 inputs = await dash.inputs(request)
@@ -307,6 +372,42 @@ def route(kind: Kind, action_name: str = "") -> Callable[[Handler], Callable[[Re
         return endpoint
 
     return wrap
+
+
+#: Answers a link followed from another site: the browser held the SameSite=Strict cookie back,
+#: and loading the page again from here sends it (a meta refresh: the CSP allows no script).
+RELOAD_PAGE = (
+    '<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="0">'
+    "<title>shardq</title></head><body><p>Loading…</p></body></html>"
+)
+
+
+def _cookie_held_back(request: Request) -> bool:
+    """A navigation from another site that came without the session cookie."""
+    return (
+        request.method == "GET"
+        and COOKIE not in request.cookies
+        and request.headers.get("sec-fetch-site") in ("cross-site", "same-site")
+        and request.headers.get("sec-fetch-mode", "navigate") == "navigate"
+    )
+
+
+class _HeldStream(StreamingResponse):
+    """An event stream that gives its place back when it ends, however it ends."""
+
+    def __init__(self, events: AsyncIterator[str], release: Callable[[], None]) -> None:
+        super().__init__(events, media_type="text/event-stream")
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+def remote_address(request: Request) -> str:
+    return request.client.host if request.client else ""
 
 
 def _secured(response: Response) -> Response:

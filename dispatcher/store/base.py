@@ -205,12 +205,17 @@ MAX_ATTEMPTS_LISTED = 100
 class DeadFilter:
     type: str = ""
     reason: str = ""
+    #: Only these types (a caller's scope made exact); None: any type.
+    types: tuple[str, ...] | None = None
 
     def where(self) -> tuple[str, list[Any]]:
         sql, params = "status = 'dead'", []
         if self.type:
             sql += " AND type = ?"
             params.append(self.type)
+        if self.types is not None:
+            sql += f" AND type IN ({', '.join('?' * len(self.types))})" if self.types else " AND 1 = 0"
+            params.extend(self.types)
         if self.reason:
             sql += " AND dead_reason = ?"
             params.append(self.reason)
