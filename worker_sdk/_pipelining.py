@@ -53,7 +53,10 @@ class EnqueuePipeline:
 
     def _send(self, address: str) -> None:
         waiting = self._waiting.get(address)
-        if address in self._sending or not waiting:
+        if address in self._sending:
+            return
+        if not waiting:
+            self._waiting.pop(address, None)  # no empty list left per owner address ever used
             return
         batch, self._waiting[address] = waiting[:MAX_BATCH], waiting[MAX_BATCH:]
         task = self._sending[address] = asyncio.create_task(self._deliver(batch, address))

@@ -811,6 +811,8 @@ class Worker:
         finally:
             self._running.pop(ctx.job_id, None)
             self._running_on[running.link] -= 1
+            if not self._running_on[running.link]:
+                del self._running_on[running.link]  # no zero left per dispatcher address ever run on
         return outcome, error
 
     def _settle(self, running: _Running, outcome: pb.Ack | pb.Nack) -> None:
