@@ -16,6 +16,7 @@ are the new jobs queued in Redis. So:
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from dataclasses import replace
 
 import structlog
@@ -45,6 +46,9 @@ from .spec import log_change, schedule_spec
 log = structlog.get_logger("shardq.scheduler")
 TICK_LIMIT = 500  # occurrences one schedule deals with per tick; a long downtime takes several
 DUE_BATCH = 200  # schedules one tick reads
+#: Parsed (expression, zone) pairs kept, the least recently used dropped first: an application that
+#: makes up expressions per schedule would otherwise grow the map for the life of the process.
+MAX_PARSED_CRONS = 4096
 
 
 class Scheduler:
@@ -57,7 +61,7 @@ class Scheduler:
         self.ingest = ingest
         self.canceller = canceller
         self.wake = Wakeup()
-        self._crons: dict[tuple[str, str], Cron] = {}
+        self._crons: OrderedDict[tuple[str, str], Cron] = OrderedDict()
 
     async def run(self) -> None:
         while True:
@@ -112,6 +116,10 @@ class Scheduler:
         cron = self._crons.get(key)
         if cron is None:
             cron = self._crons[key] = Cron(schedule.cron, schedule.timezone)
+            if len(self._crons) > MAX_PARSED_CRONS:
+                self._crons.popitem(last=False)
+        else:
+            self._crons.move_to_end(key)
         return cron
 
     async def _materialize(self, schedule: ScheduleRow, now: int) -> bool:
