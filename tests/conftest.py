@@ -14,6 +14,7 @@ db_url         (function) parametrized [sqlite] and [postgres]: a fresh, empty d
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -111,13 +112,12 @@ def pg_admin_url() -> str | None:
     return _pg_admin()[0]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database: ``sqlite:///<tmp_path>/shardq.sqlite3``, or a new PostgreSQL
-    database (dropped after the test). Without PostgreSQL the [postgres] case skips, or fails
-    when CI is set."""
+@contextlib.contextmanager
+def _fresh_database(request: pytest.FixtureRequest, folder: Path) -> Iterator[str]:
+    """``sqlite:///<folder>/shardq.sqlite3``, or a new PostgreSQL database (dropped after). Without
+    PostgreSQL the [postgres] case skips, or fails when CI is set."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/shardq.sqlite3"
+        yield f"sqlite:///{folder}/shardq.sqlite3"
         return
     admin = request.getfixturevalue("pg_admin_url")
     if admin is None:
@@ -126,4 +126,18 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
             pytest.fail(f"CI needs PostgreSQL: {why}", pytrace=False)
         pytest.skip(why)
     with postgres.TempDatabase(admin) as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database for the test (see _fresh_database)."""
+    with _fresh_database(request, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh database shared by a module's tests (a module that starts one stack per backend)."""
+    with _fresh_database(request, tmp_path_factory.mktemp("db")) as url:
         yield url

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import html
 import json
-import os
 import re
 
 import pytest
@@ -15,7 +14,6 @@ import structlog
 
 from dispatcher.dashboard import api
 from tests.e2e.conftest import TEST_SETTINGS
-from tests.support import postgres
 from tests.support.dashboard import csrf_of, dashboard_client, sse_events
 from tests.support.processes import DispatcherProcess, WorkerProcess
 from tests.support.redis_server import RedisServer
@@ -30,22 +28,14 @@ PAGES = ("/", "/queues", "/jobs", "/dead", "/schedules", "/workers")
 INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>|\son[a-z]+\s*=|javascript:", re.IGNORECASE)
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def stack(request, tmp_path_factory):
+@pytest.fixture(scope="module")
+def stack(module_db_url, tmp_path_factory):
     """Per database backend, one dispatcher (on a Redis of its own) with a worker, a succeeded job,
     a dead job and a schedule, shared by the module's tests: a test that changes something does it
     to job types of its own."""
     root = tmp_path_factory.mktemp("dashboard")
+    db_url = module_db_url
     with contextlib.ExitStack() as stack:
-        if request.param == "sqlite":
-            db_url = f"sqlite:///{root}/shardq.sqlite3"
-        else:
-            admin_url = request.getfixturevalue("pg_admin_url")
-            if admin_url is None:
-                if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-                    pytest.fail("CI needs PostgreSQL", pytrace=False)
-                pytest.skip("no PostgreSQL")
-            db_url = stack.enter_context(postgres.TempDatabase(admin_url))
         redis = RedisServer(root / "redis")
         redis.start()
         stack.callback(redis.stop)

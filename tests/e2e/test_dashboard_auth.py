@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import os
 import subprocess
 import sys
 
@@ -21,7 +20,6 @@ from dispatcher.dashboard.settings import DashboardSettings
 from shardq_common.errors import ConfigError
 from shardq_common.tls import ChannelSecurity
 from tests.e2e.conftest import TEST_SETTINGS
-from tests.support import postgres
 from tests.support.dashboard import csrf_of, dashboard_client
 from tests.support.processes import DispatcherProcess
 from tests.support.redis_server import RedisServer
@@ -33,21 +31,13 @@ BILLING_VIEWER = "billing-viewer-0123456789"
 PRODUCER = "producer-token-0123456789"
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def secured(request, tmp_path_factory):
+@pytest.fixture(scope="module")
+def secured(module_db_url, tmp_path_factory):
     """One dispatcher that checks tokens per database backend, on a Redis of its own, shared by the
     module's tests (each test changes only what no other test looks at)."""
     root = tmp_path_factory.mktemp("dashboard-auth")
+    db_url = module_db_url
     with contextlib.ExitStack() as stack:
-        if request.param == "sqlite":
-            db_url = f"sqlite:///{root}/shardq.sqlite3"
-        else:
-            admin_url = request.getfixturevalue("pg_admin_url")
-            if admin_url is None:
-                if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-                    pytest.fail("CI needs PostgreSQL", pytrace=False)
-                pytest.skip("no PostgreSQL")
-            db_url = stack.enter_context(postgres.TempDatabase(admin_url))
         redis = RedisServer(root / "redis")
         redis.start()
         stack.callback(redis.stop)
