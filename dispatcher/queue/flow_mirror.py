@@ -10,9 +10,13 @@ Every process keeps the hashes of the shards it owns equal to the DB:
   shard's hash is compared and mended, so a change made through another process arrives, and a
   FLUSHALL of a shard still owned heals, within a pass;
 - at once after a change this process made (``changed``): it writes the type's hash whichever
-  process owns the shard, so a pause holds at the next lease round. The owner's next pass rewrites
-  the same value; one that read the DB just before the change may put the old value back until the
-  pass after (a second at most).
+  process owns the shard, so a pause holds at the next lease round.
+
+A write may come from settings read a moment before another process's change: each shard has a
+generation counter that a changing process raises before it reads its change back, and every write
+reads the counter before its DB read and is refused if it moved since (mirror_flow.lua). The latest
+changer's write, or the owner's next pass, brings the newer settings; old ones never go back over
+them.
 
 A type whose settings changed has its shard's waiting workers look again (``notify_shard``): a
 resumed queue or a raised limit leases at once instead of at the next wake-up.
@@ -35,6 +39,7 @@ from ..ops.redis_faults import note_redis_error
 from ..store import Store
 from .flow import QueueSettings
 from .keys import ShardKeys
+from .scripting import script_source
 
 log = structlog.get_logger("shardq.flow_mirror")
 PASS_INTERVAL_S = 1.0
@@ -63,6 +68,7 @@ class FlowMirror:
         self._reads = 0  # DB reads begun
         self._applied = 0  # the read whose settings are loaded
         self.healthy = True
+        self._mirror = redis.register_script(script_source("mirror_flow"))
 
     # -- reading ----------------------------------------------------------------------
 
@@ -106,37 +112,44 @@ class FlowMirror:
     def _wanted(self, shard: int) -> dict[str, bytes]:
         return {t: s.pack() for t, s in self.settings.items() if self.shard_of(t) == shard}
 
-    async def write_shards(self, shards: Iterable[int]) -> int:
-        """Make the shards' hashes equal to the settings loaded; returns how many fields changed."""
-        shards = list(shards)
+    async def generations(self, shards: Iterable[int]) -> dict[int, bytes]:
+        """The shards' generation counters, read before the DB is: the tokens write_shards needs."""
+        shards = sorted(set(shards))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in shards:
+                pipe.get(ShardKeys(shard).flow_generation)
+            values = await pipe.execute()
+        return {shard: bytes(value or b"") for shard, value in zip(shards, values, strict=True)}
+
+    async def write_shards(self, generations: dict[int, bytes]) -> int:
+        """Make the shards' hashes equal to the settings loaded, each unless its generation moved
+        since it was read (another process changed one of its types meanwhile); returns how many
+        fields changed. The hashes are read first, so that only a shard that differs runs the script."""
+        shards = sorted(generations)
         if not shards:
             return 0
-        redis = self.redis
-        async with redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             for shard in shards:
                 pipe.hgetall(ShardKeys(shard).flow)
             current = await pipe.execute()
         fixes = 0
-        async with redis.pipeline(transaction=False) as pipe:
-            for shard, have in zip(shards, current, strict=True):
-                have = {_s(k): bytes(v) for k, v in have.items()}
-                want = self._wanted(shard)
-                key = ShardKeys(shard).flow
-                stale = {t: v for t, v in want.items() if have.get(t) != v}
-                gone = [t for t in have if t not in want]
-                if stale:
-                    pipe.hset(key, mapping=stale)
-                if gone:
-                    pipe.hdel(key, *gone)
-                fixes += len(stale) + len(gone)
-            if fixes:
-                await pipe.execute()
+        for shard, have in zip(shards, current, strict=True):
+            want = self._wanted(shard)
+            if {_s(k): bytes(v) for k, v in have.items()} == want:
+                continue
+            keys = ShardKeys(shard)
+            pairs = [part for item in want.items() for part in item]
+            written = await self._mirror(
+                keys=[keys.flow, keys.flow_generation], args=[generations[shard], *pairs]
+            )
+            fixes += max(int(written), 0)
         return fixes
 
     async def before_serving(self, shard: int) -> None:
         """Ownership's hook: the shard's settings are in Redis before it leases anything (those read
         last, when the DB cannot be read now). Raises when they cannot be written (the shard is then
         not served; it is acquired again later)."""
+        generations = await self.generations({shard} | set(self.owned()))
         changed: dict[str, QueueSettings] = {}
         try:  # fresh: a change made a moment ago through another process is not undone
             changed = await self.load()
@@ -145,16 +158,19 @@ class FlowMirror:
                 raise
         async with self._lock:
             owned = set(self.owned())
-            await self.write_shards(sorted({shard} | {self.shard_of(t) for t in changed} & owned))
+            wanted = {shard} | {self.shard_of(t) for t in changed} & owned
+            await self.write_shards({s: g for s, g in generations.items() if s in wanted})
         self._wake(changed, owned)
 
     async def refresh(self, *, also: Iterable[int] = ()) -> None:
         """One pass: reload from the DB, mend the owned shards' hashes (and those in ``also``), and
         wake the workers of the types that changed."""
+        also = set(also)
+        generations = await self.generations(set(self.owned()) | also)
         changed = await self.load()
         async with self._lock:
-            owned = set(self.owned())
-            fixes = await self.write_shards(sorted(owned | set(also)))
+            owned = set(self.owned())  # one acquired since the generations were read: before_serving
+            fixes = await self.write_shards({s: g for s, g in generations.items() if s in owned | also})
         if fixes and changed:
             log.info("queue settings mirrored", types=sorted(changed), fields_written=fixes)
         elif fixes:  # nothing changed in the DB, yet Redis differed: it lost the hash (FLUSHALL)
@@ -166,8 +182,11 @@ class FlowMirror:
             self.notify_shard(shard)
 
     async def changed(self, job_type: str) -> None:
-        """This process changed the type's settings in the DB: mirror them now."""
-        await self.refresh(also=[self.shard_of(job_type)])
+        """This process changed the type's settings in the DB: mirror them now. The generation goes
+        up first, so that a write from settings read before the change is refused."""
+        shard = self.shard_of(job_type)
+        await self.redis.incr(ShardKeys(shard).flow_generation)
+        await self.refresh(also=[shard])
 
     async def run(self) -> None:
         while True:

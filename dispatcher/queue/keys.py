@@ -89,6 +89,12 @@ class ShardKeys:
         return f"{self.tag}:flow"
 
     @property
+    def flow_generation(self) -> str:
+        """Counter: raised by a process that changed the settings of one of the shard's types, before
+        it reads them back. A write of ``flow`` from settings read earlier is refused (mirror_flow.lua)."""
+        return f"{self.tag}:flow-generation"
+
+    @property
     def keyed(self) -> str:
         """Hash: job type -> 1 once a job of the type with a concurrency key arrived: its leases look
         at the keys' sets too."""
