@@ -79,6 +79,7 @@ class Dispatcher:
             self._on_acquired,
             self._on_lost,
             lambda shard: self.flow_mirror.before_serving(shard),
+            reconnect_grace_ms=settings.reconnect_grace_ms,
         )
         self.sessions = SessionRegistry()
         self.flow_mirror = FlowMirror(

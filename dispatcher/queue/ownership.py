@@ -11,6 +11,7 @@ higher epoch, so the former owner's scripts are rejected when it comes back.
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Awaitable, Callable, Iterable
 
 import structlog
@@ -35,8 +36,16 @@ class Ownership:
         on_acquired: Callable[[int, int, bool], Awaitable[None]],
         on_lost: Callable[[int], Awaitable[None]],
         before_serving: Callable[[int], Awaitable[None]] | None = None,
+        reconnect_grace_ms: int | None = None,
     ) -> None:
         self.owner_id = owner_id
+        # This process, as opposed to an earlier one under the same id (the supervisor restarts a
+        # process under its id): a shard taken back from that one is a takeover too.
+        self.incarnation = secrets.token_hex(6)
+        # A shard taken over from a process whose ownership lapsed has its leases lapse within this
+        # (the workers' time to reconnect and reclaim theirs): leases granted just before that process
+        # died may never have reached a worker. None: they keep their deadlines.
+        self.reconnect_grace_ms = reconnect_grace_ms
         self.store = store
         self.working_set = working_set
         self.ttl_ms = ttl_ms
@@ -89,7 +98,15 @@ class Ownership:
         epoch = (await self.store.next_epochs([shard], self.owner_id))[shard]
         now = steady_ms()
         try:
-            result = await self.working_set.acquire(shard, epoch, self.owner_id, now, now + self.ttl_ms)
+            result = await self.working_set.acquire(
+                shard,
+                epoch,
+                self.owner_id,
+                now,
+                now + self.ttl_ms,
+                incarnation=self.incarnation,
+                lapse_at=None if self.reconnect_grace_ms is None else now + self.reconnect_grace_ms,
+            )
         except NotOwner:
             return None  # a newer epoch exists in Redis: somebody else took it meanwhile
         if result is AcquireCode.HELD:

@@ -611,11 +611,27 @@ class WorkingSet:
             for i in range(0, len(r), _FINISHED_ENTRIES)
         ]
 
-    async def acquire(self, shard: int, epoch: int, owner: str, now: int, until: int) -> AcquireCode:
+    async def acquire(
+        self,
+        shard: int,
+        epoch: int,
+        owner: str,
+        now: int,
+        until: int,
+        *,
+        incarnation: str = "",
+        lapse_at: int | None = None,
+    ) -> AcquireCode:
         """ACQUIRED, ACQUIRED_UNKNOWN (a shard Redis did not know: reconcile it) or HELD (another
         owner holds an unexpired lease); raises NotOwner when the shard already has an equal or
-        higher epoch."""
-        r = await self.scripts.acquire_shard(keys=[ShardKeys(shard).meta], args=[epoch, owner, now, until])
+        higher epoch. Taken over from another process (another owner, or this owner's id in an
+        earlier ``incarnation``: restarted), the shard's leases lapse by ``lapse_at`` at the latest
+        (see acquire_shard.lua)."""
+        k = ShardKeys(shard)
+        r = await self.scripts.acquire_shard(
+            keys=[k.meta, k.jobs, k.leased],
+            args=[epoch, owner, now, until, incarnation, "" if lapse_at is None else lapse_at],
+        )
         code = AcquireCode(int(r[0]))
         if code is AcquireCode.STALE_EPOCH:
             raise NotOwner(f"shard {shard} already has epoch {_s(r[1])} >= {epoch}")
