@@ -114,27 +114,34 @@ class Reconciler:
         caught_up = 0
         waiting: dict[str, int] = {}  # young jobs missing -> until when (wall ms) their push may come
         in_flight_ms = 0 if after_loss else self.in_flight_ms
-        async with lock, self._slots:
-            async for ids in self.store.active_ids(shard):
-                if not still_owner():
-                    break
-                caught_up += self._catch_up(shard, await self.working_set.finished(shard, ids))
-                restored += await self._restore_chunks(shard, epoch, ids, waiting, in_flight_ms)
-        # Outside the slot: a shard whose young jobs are awaited holds up no other shard's reconcile.
-        # Looking again costs a script call per RESTORE_CHUNK jobs awaited: many are looked at less often.
-        pause = RECHECK_S
-        while waiting and still_owner():
-            await asyncio.sleep(pause)
-            started = asyncio.get_running_loop().time()
+        try:
             async with lock, self._slots:
-                restored += await self._restore_chunks(shard, epoch, list(waiting), waiting, in_flight_ms)
-            pause = max(RECHECK_S, 4 * (asyncio.get_running_loop().time() - started))
-        if caught_up:
-            log.warning("recorded finished jobs whose DB rows were behind", shard=shard, jobs=caught_up)
-        if restored.unpushed:
-            log.info("restored committed jobs whose push had failed", shard=shard, restored=restored.unpushed)
-        if restored.lost:
-            log.warning("restored jobs missing from Redis", shard=shard, restored=restored.lost)
+                async for ids in self.store.active_ids(shard):
+                    if not still_owner():
+                        break
+                    caught_up += self._catch_up(shard, await self.working_set.finished(shard, ids))
+                    restored += await self._restore_chunks(shard, epoch, ids, waiting, in_flight_ms)
+            # Outside the slot: a shard whose young jobs are awaited holds up no other shard's
+            # reconcile. Looking again costs a script call per RESTORE_CHUNK jobs awaited: many are
+            # looked at less often.
+            pause = RECHECK_S
+            while waiting and still_owner():
+                await asyncio.sleep(pause)
+                started = asyncio.get_running_loop().time()
+                async with lock, self._slots:
+                    restored += await self._restore_chunks(shard, epoch, list(waiting), waiting, in_flight_ms)
+                pause = max(RECHECK_S, 4 * (asyncio.get_running_loop().time() - started))
+        finally:
+            # Said however it ended: a reconcile cut short (the shard taken over fences its next
+            # restore) put back what it had restored so far, and the next owner's finds it in Redis.
+            if caught_up:
+                log.warning("recorded finished jobs whose DB rows were behind", shard=shard, jobs=caught_up)
+            if restored.unpushed:
+                log.info(
+                    "restored committed jobs whose push had failed", shard=shard, restored=restored.unpushed
+                )
+            if restored.lost:
+                log.warning("restored jobs missing from Redis", shard=shard, restored=restored.lost)
         return restored.total
 
     async def _restore_chunks(

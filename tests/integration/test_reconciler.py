@@ -59,6 +59,8 @@ class Interleaved:
 
 # The time a young job's push is given here: long enough for a test's push to land on a busy machine.
 IN_FLIGHT_MS = 3_000
+# The store's page of active ids (Store.active_ids).
+PAGE = 2000
 
 
 class Shard:
@@ -292,3 +294,28 @@ async def test_a_job_noted_as_unpushed_is_restored_at_once_and_not_reported_lost
     assert restores_logged(logs) == {"info": 1}
     assert await shard.working_set.missing(SHARD, [job.id]) == {}
     assert await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]) == [0], "a late push queued it again"
+
+
+async def test_a_reconcile_cut_short_by_a_takeover_says_what_it_restored(shard: Shard) -> None:
+    """The shard is taken over between two pages: the next restore is fenced off and the reconcile
+    ends with NotOwner. The jobs of the first page are back in Redis, and the log says so (it used to
+    say nothing: a reconcile that ended by the fence never logged its count)."""
+    from shardq_common.errors import NotOwner
+
+    await shard.acquire(1, "old")
+    for _ in range(PAGE + 1):  # two pages of active ids
+        await shard.commit_new_job()
+    read_pages = shard.store.store.active_ids
+
+    async def taken_over_after_the_first_page(shard_: int) -> AsyncIterator[list[str]]:
+        pages = 0
+        async for ids in read_pages(shard_):
+            if pages == 1:
+                await shard.acquire(2, "new")
+            pages += 1
+            yield ids
+
+    shard.store.active_ids = taken_over_after_the_first_page  # type: ignore[method-assign]
+    with capture_logs() as logs, pytest.raises(NotOwner):
+        await shard.reconciler.reconcile(SHARD, 1, after_loss=True)
+    assert restores_logged(logs) == {"warning": PAGE}
