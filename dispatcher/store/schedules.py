@@ -224,9 +224,10 @@ class ScheduleQueries:
                 )
                 if removed:
                     await tx.execute(
-                        "INSERT INTO retired_schedule_versions (name, version) VALUES (?, ?) "
-                        "ON CONFLICT (name) DO UPDATE SET version = excluded.version",
-                        (schedule.name, schedule.version),
+                        "INSERT INTO retired_schedule_versions (name, version, retired_at) VALUES (?, ?, ?) "
+                        "ON CONFLICT (name) DO UPDATE SET version = excluded.version, "
+                        "retired_at = excluded.retired_at",
+                        (schedule.name, schedule.version, wall_ms()),
                     )
                 return
             await tx.execute(
