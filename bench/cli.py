@@ -211,24 +211,23 @@ def _soak_judge(args: argparse.Namespace) -> None:
     path = args.samples / "samples.csv" if args.samples.is_dir() else args.samples
     if not path.is_file():
         raise SystemExit(f"{path}: no such file (a soak's samples.csv, or its folder)")
-    samples = read_csv(path)
+    try:
+        samples = read_csv(path)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     if len(samples) < 6:
         raise SystemExit(f"{path}: {len(samples)} samples, the verdict needs 6 or more")
-    # The jobs' figures are not in the samples: the run's soak.json, when it is beside them, has them.
+    # Whether every job ran is not in the samples: the run's soak.json, when it is beside them, says.
     beside = path.parent / "soak.json"
-    figures = json.loads(beside.read_text()).get("figures", {}) if beside.is_file() else {}
-    all_ran = (
-        bool(figures)
-        and figures["jobs_left_in_redis"] == 0
-        and figures["jobs_ran"] + figures["retries"] >= figures["jobs_enqueued"]
-    )
+    run = json.loads(beside.read_text()) if beside.is_file() else {}
+    figures = run.get("figures", {})
     checks = judge(samples, args.tolerance, args.latency_tolerance)
     for line in [*thirds_table(checks), "", *bursts_table(samples), ""]:
         print(line)
-    if not figures:
+    if "all_ran" not in run:
         print(f"no soak.json beside {path}: whether every job ran is not judged")
-    line = verdict_line(checks, all_ran or not figures, figures.get("jobs_enqueued", 0),
-                        figures.get("jobs_left_in_redis", 0), True)  # fmt: skip
+    line = verdict_line(checks, run.get("all_ran", True), figures.get("jobs_enqueued", 0),
+                        figures.get("jobs_left_in_redis"), True)  # fmt: skip
     print(line)
     if line.startswith("SOAK FAILED"):
         raise SystemExit(1)

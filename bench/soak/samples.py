@@ -42,14 +42,26 @@ def write_csv(path: Path, samples: list[Sample]) -> None:
             writer.writerow(asdict(s).values())
 
 
+#: columns a run's samples.csv may lack (written before they were sampled), and what they read as
+_ADDED_LATER = {"dead_rows": "0"}
+
+
 def read_csv(path: Path) -> list[Sample]:
-    """The samples a run wrote, to judge them again."""
+    """The samples a run wrote, to judge them again. Raises ValueError naming a missing column."""
     kinds = {f.name: (float if f.type in ("float", "float | None") else int) for f in fields(Sample)}
+    samples = []
     with path.open(newline="") as f:
-        return [
-            Sample(**{k: (None if v == "" else kinds[k](float(v))) for k, v in row.items()})  # type: ignore[arg-type]
-            for row in csv.DictReader(f)
-        ]
+        for line, row in enumerate(csv.DictReader(f), start=2):
+            row = {**_ADDED_LATER, **row}
+            missing = [name for name in kinds if name not in row]
+            if missing:
+                raise ValueError(f"{path}: no column {', '.join(missing)}")
+            try:
+                values = {k: None if row[k] == "" else kinds[k](float(row[k])) for k in kinds}
+            except ValueError:
+                raise ValueError(f"{path}, line {line}: a value that is not a number") from None
+            samples.append(Sample(**values))  # type: ignore[arg-type]
+    return samples
 
 
 def _mb(value: float) -> str:

@@ -164,7 +164,10 @@ def _drain_check(samples: list[Sample], a_t: float, b_t: float, latency_toleranc
     return Check(DRAIN, "drain", a, b, b <= a * (1 + latency_tolerance) + _period(samples))
 
 
-def verdict_line(checks: list[Check], all_ran: bool, enqueued: int, left: int, enough_samples: bool) -> str:
+def verdict_line(
+    checks: list[Check], all_ran: bool, enqueued: int, left: int | None, enough_samples: bool
+) -> str:
+    """The verdict line; ``left`` None: not known (a run's figures from before it was counted)."""
     ok = all(c.ok for c in checks) and all_ran and enough_samples
     by_kind = {kind: [c for c in checks if c.kind == kind] for kind in ("resource", "latency", "drain")}
     return (
@@ -174,7 +177,9 @@ def verdict_line(checks: list[Check], all_ran: bool, enqueued: int, left: int, e
         + ", ".join(c.describe() for c in by_kind["latency"])
         + "; "
         + ", ".join(c.describe() for c in by_kind["drain"])
-        + f"; {enqueued:,} jobs enqueued, {left:,} left unrun"
+        + f"; {enqueued:,} jobs enqueued"
+        + ("" if left is None else f", {left:,} left unrun")
+        + ("" if all_ran else ", NOT every job ran")
     )
 
 
