@@ -107,7 +107,17 @@ def main(argv: list[str] | None = None) -> None:
     report.add_argument("out", type=Path, help="the run's folder (with results.json)")
     report.add_argument("--merge", type=Path, help="another run's folder whose figures replace the same ones")
     _soak_parser(commands)
+    judge = commands.add_parser(
+        "soak-judge",
+        help="judge a soak's samples.csv again, with the current verdict (prints it, changes nothing)",
+    )
+    judge.add_argument("samples", type=Path, help="a soak's samples.csv, or the folder that holds it")
+    judge.add_argument("--tolerance", type=float, default=0.10, help="flatness: last third vs second (0.10)")
+    judge.add_argument("--latency-tolerance", type=float, default=0.50, help="latency drift allowed (0.50)")
     args = parser.parse_args(argv)
+    if args.command == "soak-judge":
+        _soak_judge(args)
+        return
     if args.command == "soak":
         _soak(args, _command(argv if argv is not None else sys.argv[1:]))
         return
@@ -190,6 +200,37 @@ def _soak_parser(commands: argparse._SubParsersAction) -> None:
         help="use SHARDQ_TEST_PG_URL or the server at 127.0.0.1:5432 (default: a private throwaway cluster)",
     )  # fmt: skip
     soak.add_argument("--out", type=Path, help="output folder (default bench/results/<date>/soak)")
+
+
+def _soak_judge(args: argparse.Namespace) -> None:
+    import json
+
+    from .soak.samples import read_csv
+    from .soak.verdict import bursts_table, judge, thirds_table, verdict_line
+
+    path = args.samples / "samples.csv" if args.samples.is_dir() else args.samples
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such file (a soak's samples.csv, or its folder)")
+    try:
+        samples = read_csv(path)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    if len(samples) < 6:
+        raise SystemExit(f"{path}: {len(samples)} samples, the verdict needs 6 or more")
+    # Whether every job ran is not in the samples: the run's soak.json, when it is beside them, says.
+    beside = path.parent / "soak.json"
+    run = json.loads(beside.read_text()) if beside.is_file() else {}
+    figures = run.get("figures", {})
+    checks = judge(samples, args.tolerance, args.latency_tolerance)
+    for line in [*thirds_table(checks), "", *bursts_table(samples), ""]:
+        print(line)
+    if "all_ran" not in run:
+        print(f"no soak.json beside {path}: whether every job ran is not judged")
+    line = verdict_line(checks, run.get("all_ran", True), figures.get("jobs_enqueued", 0),
+                        figures.get("jobs_left_in_redis"), True)  # fmt: skip
+    print(line)
+    if line.startswith("SOAK FAILED"):
+        raise SystemExit(1)
 
 
 def _soak(args: argparse.Namespace, command: str) -> None:

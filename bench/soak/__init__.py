@@ -12,10 +12,15 @@ retried once, then dead-lettered). Every ``--sample`` seconds it records the DB'
 and index of the schema, partitions included), the jobs row count and its dead rows, Redis
 ``used_memory``, the dispatcher's and the workers' RSS, enqueue-to-start p50/p99, and the ingest,
 drain and prune rates. It writes ``samples.csv``, ``soak.md`` (the table and the verdict),
-``soak.png`` (with matplotlib) and ``soak.json`` to ``--out``, and prints the verdict line: each
-resource is flat when the last third's mean is within ``--tolerance`` (10%) of the second third's,
-latency did not drift when the last third's median p50 and p99 are within ``--latency-tolerance``
-(50%, plus 5 ms) of the second third's, and every enqueued job ran. Exit status 0 when all held.
+``soak.png`` (with matplotlib) and ``soak.json`` to ``--out``, and prints the verdict line
+(verdict.py): each resource is flat when its level between bursts (the median of the samples whose
+ingest and drain are near the steady rate) has not grown by more than ``--tolerance`` (10%) from the
+second third to the last (the thirds' means, the issue's first rule, are shown beside it: they
+depend on where the bursts fall); bursts drain as fast at the end (the median time from a burst's
+start to the next quiet sample, within ``--latency-tolerance`` plus a sample); latency did not
+drift when the quiet samples' median p50 and p99 are within ``--latency-tolerance`` (50%, plus 5
+ms) of the second third's; and every enqueued job ran. Exit status 0 when all held.
+``python -m bench soak-judge DIR`` judges a run's ``samples.csv`` again with this verdict.
 The producer sends what the stack takes: a deficit of more than a second of the offered rate is
 dropped (and counted), so a machine that cannot take the bursts shows smaller ones.
 """

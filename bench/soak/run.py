@@ -21,6 +21,7 @@ from ..infra.dispatcher import Dispatcher
 from ..infra.postgres import Postgres
 from ..infra.redis_server import PrivateRedis
 from . import samples as report
+from . import verdict as judging
 from .load import LoadShape, Producer
 from .samples import Sample
 from .worker import CRON_TYPE
@@ -234,7 +235,7 @@ def _sample_loop(plan, began, db_url, redis_server, dispatcher, workers, stats, 
 
 
 def _verdict(plan, collected, producer, stats, cron_expected, left, log) -> dict[str, Any]:  # noqa: ANN001
-    checks = report.judge(collected, plan.tolerance, plan.latency_tolerance)
+    checks = judging.judge(collected, plan.tolerance, plan.latency_tolerance)
     # Every job ran: none is left in Redis (delayed, ready or leased) once the load stopped, and the
     # handlers started at least as many as were enqueued. First attempts alone may count fewer: a
     # lease handed back unstarted (a link retired under load) makes the job's first start attempt 2.
@@ -252,16 +253,7 @@ def _verdict(plan, collected, producer, stats, cron_expected, left, log) -> dict
         "peak_rows": max(s.rows for s in collected),
         "peak_ingest_per_s": max(s.ingest_per_s for s in collected),
     }
-    verdict = (
-        ("SOAK OK: " if ok else "SOAK FAILED: ")
-        + ", ".join(c.describe() for c in checks[: len(report.RESOURCES)])
-        + "; latency "
-        + ", ".join(
-            f"{c.name} {c.second:.1f}->{c.last:.1f} ms{'' if c.ok else ' DRIFTED'}"
-            for c in checks[len(report.RESOURCES) :]
-        )
-        + f"; {producer.sent:,} jobs enqueued, {left:,} left unrun"
-    )
+    verdict = judging.verdict_line(checks, all_ran, producer.sent, left, len(collected) >= 6)
     title = (
         f"shardq soak: {plan.minutes:g} min, {plan.shape.rate:g} jobs/s "
         f"+ bursts of {plan.shape.burst_rate:g}/s for {plan.shape.burst_seconds:g} s "
@@ -276,7 +268,9 @@ def _verdict(plan, collected, producer, stats, cron_expected, left, log) -> dict
         "",
         verdict,
         "",
-        *report.thirds_table(checks),
+        *judging.thirds_table(checks),
+        "",
+        *judging.bursts_table(collected),
         "",
         "| figure | value |",
         "| --- | ---: |",
@@ -296,7 +290,7 @@ def _verdict(plan, collected, producer, stats, cron_expected, left, log) -> dict
         "plan": {"minutes": plan.minutes, "retention": plan.retention, "shape": asdict(plan.shape)},
     }
     (plan.out / "soak.json").write_text(json.dumps(results, indent=1))
-    for line in report.thirds_table(checks):
+    for line in judging.thirds_table(checks):
         log(line)
     log(", ".join(f"{k} {v:,.0f}" for k, v in figures.items()))
     if note:

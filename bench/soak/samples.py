@@ -1,9 +1,8 @@
-"""The soak's samples, the verdict over them, and the table and plot that show them."""
+"""The soak's samples: what each one holds, their CSV file, and the table and plot that show them."""
 
 from __future__ import annotations
 
 import csv
-import statistics
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,6 @@ RESOURCES = [
     ("worker_rss", "worker RSS"),
 ]
 LATENCIES = [("p50_ms", "enqueue-to-start p50"), ("p99_ms", "enqueue-to-start p99")]
-#: latency within this many ms of the second third's is no drift, whatever the ratio (a 2 ms p50
-#: that becomes 4 ms is noise on a shared machine, not a trend)
-LATENCY_SLACK_MS = 5.0
 
 
 @dataclass
@@ -38,50 +34,34 @@ class Sample:
     prune_per_s: float
 
 
-@dataclass
-class Check:
-    name: str
-    second: float
-    last: float
-    ok: bool
-
-    def describe(self) -> str:
-        ratio = self.last / self.second if self.second else float("inf")
-        return f"{self.name} {'flat' if self.ok else 'NOT flat'} ({ratio:.2f}x)"
-
-
-def thirds(samples: list[Sample]) -> tuple[list[Sample], list[Sample]]:
-    """The samples of the second and the last third of the run's time."""
-    end = samples[-1].t
-    second = [s for s in samples if end / 3 <= s.t < 2 * end / 3]
-    last = [s for s in samples if s.t >= 2 * end / 3]
-    return second, last
-
-
-def judge(samples: list[Sample], tolerance: float, latency_tolerance: float) -> list[Check]:
-    second, last = thirds(samples)
-    checks = []
-    for name, _ in RESOURCES:
-        a = statistics.fmean(getattr(s, name) for s in second)
-        b = statistics.fmean(getattr(s, name) for s in last)
-        checks.append(Check(name, a, b, abs(b - a) <= tolerance * a))
-    for name, _ in LATENCIES:
-        a_values = [getattr(s, name) for s in second if getattr(s, name) is not None]
-        b_values = [getattr(s, name) for s in last if getattr(s, name) is not None]
-        if not a_values or not b_values:
-            checks.append(Check(name, 0.0, 0.0, False))
-            continue
-        a, b = statistics.median(a_values), statistics.median(b_values)
-        checks.append(Check(name, a, b, b <= a * (1 + latency_tolerance) + LATENCY_SLACK_MS))
-    return checks
-
-
 def write_csv(path: Path, samples: list[Sample]) -> None:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow([f.name for f in fields(Sample)])
         for s in samples:
             writer.writerow(asdict(s).values())
+
+
+#: columns a run's samples.csv may lack (written before they were sampled), and what they read as
+_ADDED_LATER = {"dead_rows": "0"}
+
+
+def read_csv(path: Path) -> list[Sample]:
+    """The samples a run wrote, to judge them again. Raises ValueError naming a missing column."""
+    kinds = {f.name: (float if f.type in ("float", "float | None") else int) for f in fields(Sample)}
+    samples = []
+    with path.open(newline="") as f:
+        for line, row in enumerate(csv.DictReader(f), start=2):
+            row = {**_ADDED_LATER, **row}
+            missing = [name for name in kinds if name not in row]
+            if missing:
+                raise ValueError(f"{path}: no column {', '.join(missing)}")
+            try:
+                values = {k: None if row[k] == "" else kinds[k](float(row[k])) for k in kinds}
+            except ValueError:
+                raise ValueError(f"{path}, line {line}: a value that is not a number") from None
+            samples.append(Sample(**values))  # type: ignore[arg-type]
+    return samples
 
 
 def _mb(value: float) -> str:
@@ -105,22 +85,6 @@ def table(samples: list[Sample]) -> list[str]:
             f"| {_mb(s.worker_rss)} | {_ms(s.p50_ms)} | {_ms(s.p99_ms)} | {s.ingest_per_s:,.0f} "
             f"| {s.drain_per_s:,.0f} | {s.prune_per_s:,.0f} |"
         )
-    return lines
-
-
-def thirds_table(checks: list[Check]) -> list[str]:
-    labels = dict(RESOURCES + LATENCIES)
-    lines = [
-        "| series | second third | last third | last / second | verdict |",
-        "| --- | ---: | ---: | ---: | --- |",
-    ]
-    for c in checks:
-        unit = (lambda v: f"{v:,.1f} ms") if c.name.endswith("_ms") else (
-            (lambda v: f"{v:,.0f}") if c.name == "rows" else (lambda v: f"{v / 1e6:,.1f} MB")
-        )  # fmt: skip
-        ratio = f"{c.last / c.second:.2f}" if c.second else "-"
-        verdict = "ok" if c.ok else "FAILED"
-        lines.append(f"| {labels[c.name]} | {unit(c.second)} | {unit(c.last)} | {ratio} | {verdict} |")
     return lines
 
 

@@ -48,6 +48,7 @@ from ..store.retention import WholeRange
 from .flow import QueueSettings
 from .ownership import Ownership
 from .shard_loop import run_shard_loop
+from .type_sweep import SWEEP_INTERVAL_S, sweep_types
 from .working_set import WorkingSet
 
 log = structlog.get_logger("shardq.pruner")
@@ -199,6 +200,7 @@ class Pruner:
         self.policy = retention.policy
         self._wake = Wakeup()
         self.pruned_total = 0
+        self._swept_at: int | None = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -255,6 +257,9 @@ class Pruner:
         for status in STATUSES:
             metrics.OLDEST_FINISHED.labels(shard, status).set(oldest.get(status, 0) / 1000)
         metrics.RETENTION_OVERDUE.labels(shard).set(max(0, overdue_ms) / 1000)
+        if complete and (self._swept_at is None or steady_ms() - self._swept_at >= SWEEP_INTERVAL_S * 1000):
+            self._swept_at = steady_ms()
+            await sweep_types(self.retention.store, self.working_set, self.shard)
         return self.policy.interval_s if complete else BACKLOG_PASS_S
 
 

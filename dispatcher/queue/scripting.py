@@ -46,6 +46,7 @@ SCRIPT_NAMES = (
     "missing_jobs",
     "note_unpushed",
     "finished_jobs",
+    "forget_types",
     "run_now",
     "acquire_shard",
     "renew_shard",

@@ -436,7 +436,7 @@ class SessionRegistry:
         self.by_shard: dict[int, set[WorkerSession]] = defaultdict(set)
         self.holders: dict[str, WorkerSession] = {}  # job id -> session holding its lease
         #: (shard, type) that a concurrency limit held back: the end of one of its leases wakes its
-        #: workers (bounded by the types this process leases).
+        #: workers (bounded by the types of this process's streams: dropped with the last of them).
         self.limited: set[tuple[int, str]] = set()
         self._none_left = asyncio.Event()
         self._none_left.set()
@@ -454,8 +454,22 @@ class SessionRegistry:
         for job_id in session.held:
             if self.holders.get(job_id) is session:
                 del self.holders[job_id]
+        self._forget_limited(session)
         if not self.sessions:
             self._none_left.set()
+
+    def _forget_limited(self, session: WorkerSession) -> None:
+        """The ended stream's limited types that no other stream of this process leases leave
+        ``limited``, so it holds only the types of the streams here, not every type ever held back.
+        Such a type is "maybe ready" again for the next stream that asks for it: no lease ending
+        here wakes that stream, so it must not find the type marked empty."""
+        for shard, types in session.types_by_shard.items():
+            for job_type in types:
+                if (shard, job_type) not in self.limited:
+                    continue
+                if not any(job_type in other.types_by_shard.get(shard, ()) for other in self.by_shard[shard]):
+                    self.limited.discard((shard, job_type))
+                    self.hints.forget(shard, [job_type])
 
     def forget_lease(self, job_id: str) -> None:
         """The job's lease ended here (it expired): its holder, if any, forgets it."""

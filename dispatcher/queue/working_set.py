@@ -583,6 +583,36 @@ class WorkingSet:
         k = ShardKeys(shard)
         return int(await self.scripts.forget_jobs(keys=[k.jobs, k.results], args=list(ids)))
 
+    async def types_with_fields(self, shard: int) -> set[str]:
+        """The job types with per-type fields in the shard's ``keyed``, ``kvt`` or ``kcfg`` hashes
+        (a ``kvt``/``kcfg`` field is '<class>:<type>')."""
+        k = ShardKeys(shard)
+        found = {_s(name) async for name, _ in self.redis.hscan_iter(k.keyed, count=1000)}
+        for per_class in (k.key_turns, k.key_settings_seen):
+            async for name, _ in self.redis.hscan_iter(per_class, count=1000):
+                found.add(_s(name).split(":", 1)[1])
+        return found
+
+    async def forget_types(
+        self, shard: int, idle: Sequence[str], others: Sequence[str], now: int
+    ) -> list[str]:
+        """Forget the per-type fields of those of the ``idle`` types (no row, no settings row in the
+        database) that have no active job in the shard and no settings in Redis either, checked in
+        the script (forget_types.lua: a job arriving meanwhile is either counted before the check or
+        starts the fields afresh after it); trim the per-key gates and holds past ``now`` (steady
+        ms) of these and the ``others``. Returns the types forgotten."""
+        k = ShardKeys(shard)
+        keys = [k.counts, k.flow, k.keyed, k.key_turns, k.key_settings_seen]
+        named = [(t, True) for t in idle] + [(t, False) for t in others]
+        forgotten: list[str] = []
+        for start in range(0, len(named), SCRIPT_BATCH):
+            chunk = named[start : start + SCRIPT_BATCH]
+            # the script takes the idle ones first: a chunk holds idle ones, then others
+            n = sum(1 for _, is_idle in chunk if is_idle)
+            args = [now, n, *(t for t, _ in chunk)]
+            forgotten += [_s(t) for t in await self.scripts.forget_types(keys=keys, args=args)]
+        return forgotten
+
     async def missing(self, shard: int, ids: Sequence[str]) -> dict[str, bool]:
         """Those of these jobs Redis does not hold, each with whether its push was noted as failed."""
         k = ShardKeys(shard)

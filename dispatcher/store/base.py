@@ -12,6 +12,7 @@ from typing import Any
 from shardq_common.clock import wall_ms
 from shardq_common.errors import ConfigError, StoreUnavailable
 
+from .leftovers import LeftoverQueries
 from .queue_settings import QueueSettingsQueries
 from .retention import RetentionQueries, delete_attempts
 from .schedules import ScheduleQueries
@@ -283,7 +284,7 @@ _INSERT = (
 )
 
 
-class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueries, abc.ABC):
+class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQueries, SearchQueries, abc.ABC):
     """Job rows and shard epochs. Every method is one transaction."""
 
     url_for_logs: str = ""

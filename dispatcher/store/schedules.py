@@ -107,9 +107,10 @@ class ScheduleQueries:
         """Create the schedule, or change the existing one of that name. Returns (row, created,
         changed); an existing schedule exactly like `wanted` is left alone. A change starts a new
         version at this moment: occurrences are computed afresh from now, and the owner cancels
-        those the older version materialized for later. A name is never given a version twice, not
-        even by a schedule created again after one of that name was deleted: its occurrences' job
-        ids (from name, version and time) must not be those of the deleted one's cancelled jobs."""
+        those the older version materialized for later. A schedule created again after one of that
+        name was deleted continues after its retired version: its occurrences' job ids (from name,
+        version and time) must not be those of the deleted one's jobs. The retired version goes once
+        retention deleted the last of those jobs (store/leftovers.py); the name starts at 1 again."""
         now = wall_ms()
         async with self.transaction() as tx:
             current = await _select(tx, wanted.name, for_update=True)
@@ -224,9 +225,10 @@ class ScheduleQueries:
                 )
                 if removed:
                     await tx.execute(
-                        "INSERT INTO retired_schedule_versions (name, version) VALUES (?, ?) "
-                        "ON CONFLICT (name) DO UPDATE SET version = excluded.version",
-                        (schedule.name, schedule.version),
+                        "INSERT INTO retired_schedule_versions (name, version, retired_at) VALUES (?, ?, ?) "
+                        "ON CONFLICT (name) DO UPDATE SET version = excluded.version, "
+                        "retired_at = excluded.retired_at",
+                        (schedule.name, schedule.version, wall_ms()),
                     )
                 return
             await tx.execute(

@@ -6,7 +6,7 @@ changes the types' settings (pause, type and per-key concurrency limits, per-key
 weights, rates) between steps, written into the shard's ``flow`` hash as the dispatcher's mirror
 writes them. The job records Redis holds are the model of states (test_lua_state_machine.py checks
 the transitions themselves); what this machine checks, after every step and at every lease, is what
-flow control promises:
+flow control promises (with the type sweep among the steps: it must change none of this):
 
 * never more running than a limit: a lease never takes a key or a type past its concurrency limit
   (one already over it, after a limit was lowered, gets nothing until it is under again), never
@@ -42,7 +42,7 @@ from dispatcher.config import RetryPolicy
 from dispatcher.queue.flow import QueueSettings, Rate
 from dispatcher.queue.keys import ShardKeys
 from dispatcher.queue.records import JobRecord
-from dispatcher.queue.states import JobState, Priority
+from dispatcher.queue.states import ACTIVE, JobState, Priority
 from dispatcher.queue.working_set import NackSpec, NewJob, WorkingSet
 from tests.support.state_machines import machine_settings
 
@@ -317,6 +317,20 @@ class FlowStateMachine(RuleBasedStateMachine):
         rec = self.records().get(job_id)
         if rec is not None:
             self.run(self.ws.cancel(SHARD, job_id, rec.type, rec.priority, self.now))
+
+    @rule()
+    def sweep_types(self) -> None:
+        """The type sweep (forget_types.lua) as if the database had no row of either type: it may
+        forget only a type with no active job and no settings in Redis, and the invariants and every
+        later lease must hold as if it had not run."""
+        forgotten = self.run(self.ws.forget_types(SHARD, list(TYPES), [], self.now))
+        recs = self.records()
+        for job_type in forgotten:
+            assert not self.run(self.redis.hexists(self.k.flow, job_type)), (
+                f"{job_type} forgotten with settings"
+            )
+            active = [i for i, r in recs.items() if r.type == job_type and r.state in ACTIVE]
+            assert not active, f"{job_type} forgotten with active jobs {active}"
 
     # -- invariants ------------------------------------------------------------------------------
 

@@ -340,6 +340,7 @@ async def test_the_migration_of_a_populated_table_keeps_every_row_key_index_and_
         assert await store.migrate() == [
             "0014_partitioned_jobs.postgres.sql",
             "0015_idem_key_lookup.postgres.sql",
+            "0018_retired_version_time.sql",
         ]
 
         with psycopg.connect(db_url, autocommit=True) as c:
