@@ -223,6 +223,8 @@ class Client(_ClientOptions):
         idempotency_key: str | None = None,
         concurrency_key: str | None = None,
         headers: Mapping[str, str] | None = None,
+        depends_on: Iterable[str | tuple[str, str]] | None = None,
+        on_failure: str = "fail",
     ) -> str:
         """Enqueue one job; returns its id once it is committed (the existing job's id when a job
         with this idempotency key exists).
@@ -236,12 +238,14 @@ class Client(_ClientOptions):
         each key apart, and keys with ready jobs share the leases round robin. ``headers``: small
         string metadata delivered with the job (at most 16, 4 KiB in all); with OpenTelemetry
         installed the current trace context is added as ``traceparent``/``tracestate`` (see the
-        README's tracing).
+        README's tracing). ``depends_on``: job ids (or ``(id, policy)`` pairs) this job waits for:
+        it stays "waiting" until each has finished; ``on_failure`` ("fail": cancelled when one is
+        dead-lettered or cancelled; "ignore": runs anyway) applies to the plain ids.
         """
         spec = job_spec(
             job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
             lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
-            headers=headers,
+            headers=headers, depends_on=depends_on, on_failure=on_failure,
         )  # fmt: skip
         with _tracing.sending([spec]) as span:
             job_id = self._send(calls.enqueue(spec))
@@ -588,6 +592,8 @@ class AsyncClient(_ClientOptions):
         idempotency_key: str | None = None,
         concurrency_key: str | None = None,
         headers: Mapping[str, str] | None = None,
+        depends_on: Iterable[str | tuple[str, str]] | None = None,
+        on_failure: str = "fail",
     ) -> str:
         """Enqueue one job; returns its id once it is committed (options as for ``Client.enqueue``).
         Calls made concurrently (in the same turn of the event loop) to the same dispatcher share
@@ -595,7 +601,7 @@ class AsyncClient(_ClientOptions):
         spec = job_spec(
             job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
             lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
-            headers=headers,
+            headers=headers, depends_on=depends_on, on_failure=on_failure,
         )  # fmt: skip
         with _tracing.sending([spec]) as span:
             job_id = await self._pipeline.enqueue(spec, await self._address_of((spec.type,)))

@@ -1,0 +1,133 @@
+"""Workflows end to end (issue 21): jobs that wait for other jobs. Real dispatcher and worker
+processes, Redis, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.support.db import query
+from tests.support.processes import read_ledger
+from tests.support.wait import wait_until
+from worker_sdk import Client, InvalidArgumentError, JobInfo
+
+
+def _status(client: Client, job_id: str, status: str, timeout: float = 20) -> JobInfo:
+    return wait_until(
+        lambda: (job := client.get_job(job_id)).status == status and job,
+        timeout=timeout,
+        message=lambda: f"{job_id}: {client.get_job(job_id).status}, expected {status}",
+    )
+
+
+def _times(ledger: Path, event: str) -> dict[str, float]:
+    return {e["job"]: e["t"] for e in read_ledger(ledger) if e["event"] == event}
+
+
+def test_a_fan_in_waits_for_every_dependency_and_runs_once(dispatcher, start_worker, ledger):
+    start_worker(dispatcher.target, types="sleep,noop")
+    with Client(dispatcher.target) as client:
+        a, b, c, d = client.enqueue_many(
+            [
+                {"type": "sleep", "payload": {"sleep": 1.0}, "ref": "a"},
+                {"type": "noop", "payload": {"result_hex": "6869"}, "ref": "b"},
+                {"type": "noop", "ref": "c", "depends_on": ["a", "b"]},
+                {"type": "noop", "depends_on": ["c"]},
+            ]
+        )
+        waiting = client.get_job(c)
+        assert waiting.status == "waiting"
+        assert waiting.dependencies_remaining >= 1
+        assert {e.job_id for e in waiting.dependencies} == {a, b}
+        assert [e.job_id for e in client.get_job(d).dependencies] == [c]
+        _status(client, d, "succeeded")
+        shown = client.get_job(c)
+        assert {(e.job_id, e.resolved_state) for e in shown.dependencies} == {
+            (a, "succeeded"),
+            (b, "succeeded"),
+        }
+        assert [(e.job_id, e.status) for e in shown.dependents] == [(d, "succeeded")]
+        assert shown.dependencies_remaining == 0
+    starts, ends = _times(ledger, "start"), _times(ledger, "end")
+    assert starts[c] >= max(ends[a], ends[b])
+    assert starts[d] >= ends[c]
+    runs = [e["job"] for e in read_ledger(ledger) if e["event"] == "start"]
+    assert sorted(runs) == sorted([a, b, c, d])  # each once
+
+
+def test_a_dependency_that_finished_already_releases_at_once(dispatcher, start_worker):
+    start_worker(dispatcher.target, types="noop")
+    with Client(dispatcher.target) as client:
+        first = client.enqueue("noop")
+        _status(client, first, "succeeded")
+        second = client.enqueue("noop", depends_on=[first])
+        _status(client, second, "succeeded")
+
+
+def test_a_dead_dependency_cancels_under_fail_and_runs_under_ignore(dispatcher, start_worker, db_url):
+    start_worker(dispatcher.target, types="final,noop")
+    with Client(dispatcher.target) as client:
+        dead, failing, below, ignoring = client.enqueue_many(
+            [
+                {"type": "final", "ref": "dead"},
+                {"type": "noop", "ref": "failing", "depends_on": ["dead"]},
+                {"type": "noop", "depends_on": ["failing"]},
+                {"type": "noop", "depends_on": [("dead", "ignore")]},
+            ]
+        )
+        _status(client, dead, "dead")
+        for job_id in (failing, below):  # the cancel cascades
+            job = _status(client, job_id, "cancelled")
+            assert job.last_error.startswith("dependency_failed")
+        assert dead in client.get_job(failing).last_error
+        ran = _status(client, ignoring, "succeeded")
+        assert [(e.job_id, e.resolved_state) for e in ran.dependencies] == [(dead, "dead")]
+    assert query(db_url, "SELECT COUNT(*) FROM job_dependencies WHERE resolved_state IS NULL") == [(0,)]
+
+
+def test_cancelling_a_job_cancels_what_waits_for_it(dispatcher, start_worker):
+    with Client(dispatcher.target) as client:  # no worker yet: the first job stays ready
+        first, second, third = client.enqueue_many(
+            [
+                {"type": "noop", "ref": "1"},
+                {"type": "noop", "ref": "2", "depends_on": ["1"]},
+                {"type": "noop", "depends_on": ["2"]},
+            ]
+        )
+        assert client.cancel(second) == "cancelled"  # a waiting job
+        _status(client, third, "cancelled")
+        start_worker(dispatcher.target, types="noop")
+        _status(client, first, "succeeded")
+        assert client.get_job(second).status == "cancelled"
+
+
+@pytest.mark.parametrize(
+    ("specs", "message"),
+    [
+        (
+            [
+                {"type": "noop", "ref": "x", "depends_on": ["y"]},
+                {"type": "noop", "ref": "y", "depends_on": ["x"]},
+            ],
+            "jobs[0] ('x').depends_on: the dependencies form a cycle",
+        ),
+        (
+            [{"type": "noop", "ref": "x", "depends_on": ["x"]}],
+            "jobs[0].depends_on[0]: the job depends on itself",
+        ),
+        (
+            [{"type": "noop"}, {"type": "noop", "depends_on": ["01JZZZZZZZZZZZZZZZZZZZZZZZ"]}],
+            "jobs[1].depends_on[0].job: no job 01JZZZZZZZZZZZZZZZZZZZZZZZ",
+        ),
+        ([{"type": "noop", "ref": "x"}, {"type": "noop", "ref": "x"}], "jobs[1].ref: 'x' is already the ref"),
+    ],
+    ids=["cycle", "self", "unknown", "duplicate-ref"],
+)
+def test_bad_graphs_are_refused_and_nothing_is_written(dispatcher, db_url, specs, message):
+    with Client(dispatcher.target) as client:
+        with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+            client.enqueue_many(specs)
+    assert query(db_url, "SELECT COUNT(*) FROM jobs") == [(0,)]
+    assert query(db_url, "SELECT COUNT(*) FROM job_dependencies") == [(0,)]
