@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from ._client import AsyncClient, Client
-from ._context import JobContext
+from ._context import DependencyResult, JobContext
 from ._convert import (
     DEAD_REASONS,
     AttemptInfo,
+    DependencyInfo,
     DispatcherInfo,
     Identity,
     JobInfo,
@@ -47,6 +48,8 @@ __all__ = [
     "DEAD_REASONS",
     "AsyncClient",
     "AttemptInfo",
+    "DependencyInfo",
+    "DependencyResult",
     "BulkResult",
     "Client",
     "DispatcherInfo",

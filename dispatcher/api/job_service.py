@@ -535,7 +535,7 @@ def job_message(row: JobRow) -> pb.Job:
         schedule=row.schedule or "",
         concurrency_key=row.concurrency_key or "",
         rate_limited=row.rate_limited,
-        headers=json.loads(row.headers) if row.headers else None,
+        headers=validation.visible_headers(json.loads(row.headers)) if row.headers else None,
         progress=row.progress or "",
         worker_id=row.worker or "",
     )

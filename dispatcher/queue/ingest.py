@@ -40,7 +40,7 @@ from .ids import new_job_ids
 from .ownership import Ownership
 from .records import JobRecord
 from .states import JobState, Priority
-from .validation import ValidJob, job_graph
+from .validation import DEPENDENCIES_HEADER, ValidJob, job_graph
 from .working_set import NewJob, WorkingSet
 
 log = structlog.get_logger("shardq.ingest")
@@ -230,6 +230,12 @@ class Ingestor:
         for row in rows:
             if row.deps_remaining:
                 row.status = WAITING
+                # Its leases carry its dependencies' results (sessions.py reads the mark).
+                headers = json.loads(row.headers) if row.headers else {}
+                headers[DEPENDENCIES_HEADER] = "1"
+                row.headers = json.dumps(
+                    dict(sorted(headers.items())), separators=(",", ":"), ensure_ascii=False
+                )
         return await self.store.insert_graph(
             rows, edges, may_use, lambda job_id: field_of.get(job_id, job_id)
         )

@@ -29,6 +29,17 @@ MAX_HEADERS = 16
 MAX_HEADER_VALUE_LENGTH = 1024
 MAX_HEADERS_BYTES = 4096
 HEADER_KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: Issue 21: the header that marks a job with dependencies, so that its leases carry their results.
+#: No client can give it (a header name starts with a letter or digit); the dispatcher sets it, it
+#: travels with the job's record (pushes, hand-offs, restores) and is never shown or delivered.
+DEPENDENCIES_HEADER = ":deps"
+
+
+def visible_headers(headers: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The headers a client or a handler sees: the dispatcher's own left out."""
+    if not headers:
+        return None
+    return {k: v for k, v in headers.items() if not k.startswith(":")} or None
 
 
 @dataclass(slots=True)  # not frozen: made per job (a frozen one sets each field through object.__setattr__)
@@ -204,8 +215,11 @@ def _refuse_cycles(n: int, edges: list[GraphEdge], jobs: list[ValidJob], field: 
         raise InvalidArgument(f"{field}[{first}]{name}.depends_on: the dependencies form a cycle")
 
 
-def job_headers(headers: Mapping[str, str], field: str) -> str:
-    """Checked headers as the DB row keeps them: a JSON object with sorted keys."""
+def job_headers(headers: Mapping[str, str], field: str, *, internal: bool = False) -> str:
+    """Checked headers as the DB row keeps them: a JSON object with sorted keys. ``internal``: a
+    record from another dispatcher, which may carry DEPENDENCIES_HEADER."""
+    if internal and DEPENDENCIES_HEADER in headers:
+        headers = {k: v for k, v in headers.items() if k != DEPENDENCIES_HEADER}
     if len(headers) > MAX_HEADERS:
         raise InvalidArgument(f"{field}: {len(headers)} headers is over the limit of {MAX_HEADERS}")
     size = 0

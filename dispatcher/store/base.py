@@ -530,10 +530,19 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
         async with self.transaction() as tx:
             return await dependencies.graph_of(tx, job_id)
 
-    async def dependency_results(self, job_id: str, max_bytes: int) -> list[tuple[str, str, str, bytes]]:
-        """(id, type, state, result) of the job's finished dependencies (store/dependencies.py)."""
+    async def dependency_results(
+        self, job_id: str, max_bytes: int = dependencies.MAX_RESULTS_BYTES
+    ) -> list[tuple[str, str, str, bytes, bool]]:
+        """(id, type, state, result, truncated) of the job's finished dependencies."""
         async with self.transaction() as tx:
             return await dependencies.results_of(tx, job_id, max_bytes)
+
+    async def dependency_results_of(
+        self, job_ids: list[str]
+    ) -> dict[str, list[tuple[str, str, str, bytes, bool]]]:
+        """dependency_results for several jobs, in one transaction (a lease message's)."""
+        async with self.transaction() as tx:
+            return {job_id: await dependencies.results_of(tx, job_id) for job_id in job_ids}
 
     async def resolve_stale(self, shard: int) -> int:
         """The reconciler's safety net (issue 21): resolve the open edges of the shard's waiting jobs

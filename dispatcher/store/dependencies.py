@@ -224,9 +224,16 @@ def _edge_row(r: Sequence[Any]) -> EdgeRow:
     return EdgeRow(str(r[0]), r[1] or "", r[2] or "", str(r[3]), r[4] or "")
 
 
-async def results_of(tx: Tx, job_id: str, max_bytes: int) -> list[tuple[str, str, str, bytes]]:
-    """(dependency id, type, state, result) of a job's resolved dependencies, in id order; results
-    past ``max_bytes`` in all are left out (empty), so a lease stays bounded."""
+#: The most result bytes one job's lease carries from its dependencies, in all.
+MAX_RESULTS_BYTES = 4 << 20
+
+
+async def results_of(
+    tx: Tx, job_id: str, max_bytes: int = MAX_RESULTS_BYTES
+) -> list[tuple[str, str, str, bytes, bool]]:
+    """(dependency id, type, state, result, truncated) of a job's resolved dependencies, in id
+    order; results past ``max_bytes`` in all are left out (empty, truncated), so a lease stays
+    bounded."""
     rows = await tx.execute(
         "SELECT d.depends_on_id, COALESCE(j.type, ''), d.resolved_state, d.result FROM job_dependencies AS d "
         "LEFT JOIN jobs AS j ON j.id = d.depends_on_id WHERE d.job_id = ? AND d.resolved_state IS NOT NULL "
@@ -237,8 +244,9 @@ async def results_of(tx: Tx, job_id: str, max_bytes: int) -> list[tuple[str, str
     budget = max_bytes
     for dep_id, job_type, state, result in rows:
         data = bytes(result) if result is not None else b""
-        if len(data) > budget:
+        cut = len(data) > budget
+        if cut:
             data = b""
         budget -= len(data)
-        out.append((str(dep_id), str(job_type), str(state), data))
+        out.append((str(dep_id), str(job_type), str(state), data, cut))
     return out

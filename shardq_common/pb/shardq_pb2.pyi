@@ -121,16 +121,18 @@ class DependencyEdge(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., type: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., on_failure: _Optional[_Union[DependencyPolicy, str]] = ..., resolved_state: _Optional[str] = ...) -> None: ...
 
 class DependencyResult(_message.Message):
-    __slots__ = ("job_id", "type", "state", "result")
+    __slots__ = ("job_id", "type", "state", "result", "truncated")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     type: str
     state: str
     result: bytes
-    def __init__(self, job_id: _Optional[str] = ..., type: _Optional[str] = ..., state: _Optional[str] = ..., result: _Optional[bytes] = ...) -> None: ...
+    truncated: bool
+    def __init__(self, job_id: _Optional[str] = ..., type: _Optional[str] = ..., state: _Optional[str] = ..., result: _Optional[bytes] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class Attempt(_message.Message):
     __slots__ = ("attempt", "worker_id", "started_at_ms", "finished_at_ms", "outcome", "error", "traceback")

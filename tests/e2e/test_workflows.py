@@ -3,6 +3,7 @@ processes, Redis, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -131,3 +132,24 @@ def test_bad_graphs_are_refused_and_nothing_is_written(dispatcher, db_url, specs
             client.enqueue_many(specs)
     assert query(db_url, "SELECT COUNT(*) FROM jobs") == [(0,)]
     assert query(db_url, "SELECT COUNT(*) FROM job_dependencies") == [(0,)]
+
+
+def test_a_fan_in_reads_every_dependency_result_and_an_ignored_failure(dispatcher, start_worker):
+    start_worker(dispatcher.target, types="noop,final,collect")
+    with Client(dispatcher.target) as client:
+        children = [
+            {"type": "noop", "payload": {"result_hex": f"{i:04x}"}, "ref": f"c{i}"} for i in range(20)
+        ]
+        *child_ids, dead, callback = client.enqueue_many(
+            [
+                *children,
+                {"type": "final", "ref": "dead"},
+                {"type": "collect", "depends_on": [*(f"c{i}" for i in range(20)), ("dead", "ignore")]},
+            ]
+        )
+        _status(client, callback, "succeeded")
+        seen = json.loads(client.get_job(callback).result)
+        assert client.get_job(callback).headers == {}  # the dispatcher's mark is never shown
+    expected = {job_id: ["noop", "succeeded", f"{i:04x}"] for i, job_id in enumerate(child_ids)}
+    expected[dead] = ["final", "dead", ""]
+    assert seen == expected

@@ -73,6 +73,12 @@ def handlers_for(types: list[str], ledger: Ledger) -> dict[str, object]:
         elif kind.startswith("fail"):
             ledger.write("fail", ctx)
             _fail_deep(int(payload.get("deep", 0)), f"{ctx.type} always fails (attempt {ctx.attempt})")
+        elif kind.startswith("collect"):  # issue 21: what the jobs it waited for left it
+            if any(k.startswith(":") for k in ctx.headers):
+                raise RuntimeError(f"the dispatcher's own headers reached the handler: {dict(ctx.headers)}")
+            seen = {d.job_id: [d.type, d.state, d.result.hex()] for d in ctx.dependency_results().values()}
+            ledger.write("end", ctx)
+            return json.dumps(seen).encode()
         elif kind.startswith("progress"):
             steps = int(payload.get("steps", 10))
             for i in range(steps):
