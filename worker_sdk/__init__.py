@@ -42,17 +42,20 @@ from ._transactional import (
 )
 from ._waiting import JobCancelledError, JobDeadError, JobNotSucceededError
 from ._worker import Handler, Worker, serve
+from ._workflows import Batch, Group, OpenBatch, chain, group, job
 
 __all__ = [
     "BULK_ACTIONS",
     "DEAD_REASONS",
     "AsyncClient",
     "AttemptInfo",
-    "DependencyInfo",
-    "DependencyResult",
+    "Batch",
     "BulkResult",
     "Client",
+    "DependencyInfo",
+    "DependencyResult",
     "DispatcherInfo",
+    "Group",
     "Handler",
     "Identity",
     "InvalidArgumentError",
@@ -64,6 +67,7 @@ __all__ = [
     "JobNotSucceededError",
     "JobPage",
     "NotFoundError",
+    "OpenBatch",
     "QueueInfo",
     "QueueSettings",
     "QueueStats",
@@ -84,9 +88,12 @@ __all__ = [
     "VersionInfo",
     "Worker",
     "WorkerInfo",
+    "chain",
     "enqueue_in_transaction",
     "enqueue_in_transaction_async",
     "enqueue_many_in_transaction",
     "enqueue_many_in_transaction_async",
+    "group",
+    "job",
     "serve",
 ]

@@ -38,6 +38,7 @@ from ._queues import QueueInfo, QueueSettings
 from ._routing import OwnerRoutes
 from ._schedules import Schedule, ScheduleInfo
 from ._search import BulkResult, JobFilter, JobPage
+from ._workflows import Batch, OpenBatch
 
 T = TypeVar("T")
 # A channel to an owner the shard map no longer names is closed once every call sent there has met
@@ -263,6 +264,17 @@ class Client(_ClientOptions):
             job_ids = self._send(calls.enqueue_many(specs))
             _tracing.sent(span, job_ids)
         return job_ids
+
+    def enqueue_batch(self, batch: Batch, jobs: Iterable[Mapping[str, Any]]) -> OpenBatch:
+        """Enqueue a batch's first jobs and its callbacks in one transaction (see ``Batch``)."""
+        return batch.opened(self.enqueue_many(batch.specs(jobs)))
+
+    def add_to_batch(self, batch: OpenBatch | str, jobs: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Add jobs to an open batch (an OpenBatch or its token), from a running job of the batch:
+        its callbacks wait for them too. InvalidArgumentError once the batch's callbacks are no
+        longer waiting (every job of it had finished)."""
+        opened = OpenBatch.from_token(batch) if isinstance(batch, str) else batch
+        return self.enqueue_many(opened.add_specs(jobs))
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job as the dispatcher's database has it (NotFoundError when there is none)."""
@@ -616,6 +628,15 @@ class AsyncClient(_ClientOptions):
             job_ids = await self._send(calls.enqueue_many(specs))
             _tracing.sent(span, job_ids)
         return job_ids
+
+    async def enqueue_batch(self, batch: Batch, jobs: Iterable[Mapping[str, Any]]) -> OpenBatch:
+        """As ``Client.enqueue_batch``."""
+        return batch.opened(await self.enqueue_many(batch.specs(jobs)))
+
+    async def add_to_batch(self, batch: OpenBatch | str, jobs: Iterable[Mapping[str, Any]]) -> list[str]:
+        """As ``Client.add_to_batch``."""
+        opened = OpenBatch.from_token(batch) if isinstance(batch, str) else batch
+        return await self.enqueue_many(opened.add_specs(jobs))
 
     async def get_job(self, job_id: str) -> JobInfo:
         return await self._send(calls.get_job(job_id))

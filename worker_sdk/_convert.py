@@ -69,6 +69,7 @@ def job_spec(
     depends_on: Iterable[str | tuple[str, str]] | None = None,
     on_failure: str = "fail",
     ref: str | None = None,
+    blocks: Iterable[str | tuple[str, str]] | None = None,
 ) -> pb.JobSpec:
     if priority not in PRIORITIES:
         raise ValueError(f"unknown priority {priority!r}: use high, default or low")
@@ -104,6 +105,11 @@ def job_spec(
         if policy not in DEPENDENCY_POLICIES:
             raise ValueError(f"unknown on_failure {policy!r}: use fail or ignore")
         spec.depends_on.add(job=job, on_failure=DEPENDENCY_POLICIES[policy])
+    for blocked in blocks or ():
+        job, policy = (blocked, on_failure) if isinstance(blocked, str) else blocked
+        if policy not in DEPENDENCY_POLICIES:
+            raise ValueError(f"unknown on_failure {policy!r}: use fail or ignore")
+        spec.blocks.add(job=job, on_failure=DEPENDENCY_POLICIES[policy])
     return spec
 
 

@@ -196,7 +196,7 @@ class Ingestor:
         caller may name as dependencies."""
         rows = self._rows(jobs, now)
         start_ns = now_ns() if spans.enabled else 0
-        if any(j.depends_on for j in jobs):
+        if any(j.depends_on or j.blocks for j in jobs):
             results, to_push = await self._commit_graph(jobs, rows, may_use)
         else:
             results = await self.commit.insert(rows)
@@ -227,6 +227,11 @@ class Ingestor:
             if e.depends_on is None:
                 k = next(k for k, (name, _) in enumerate(jobs[e.job].depends_on) if name == e.job_id)
                 field_of.setdefault(target, f"jobs[{e.job}].depends_on[{k}].job")
+        blocks = []
+        for i, j in enumerate(jobs):
+            for k, (waiting_id, policy) in enumerate(j.blocks):
+                blocks.append(Edge(waiting_id, rows[i].id, policy))
+                field_of.setdefault(waiting_id, f"jobs[{i}].blocks[{k}].job")
         for row in rows:
             if row.deps_remaining:
                 row.status = WAITING
@@ -237,7 +242,7 @@ class Ingestor:
                     dict(sorted(headers.items())), separators=(",", ":"), ensure_ascii=False
                 )
         return await self.store.insert_graph(
-            rows, edges, may_use, lambda job_id: field_of.get(job_id, job_id)
+            rows, edges, may_use, lambda job_id: field_of.get(job_id, job_id), blocks
         )
 
     def push_resolved(self, promoted: list[JobRow], cancelled: list[str]) -> None:

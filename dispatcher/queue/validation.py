@@ -56,6 +56,8 @@ class ValidJob:
     #: Issue 21: (a ref of the same request or a job id, "fail" | "ignore") per dependency.
     depends_on: tuple[tuple[str, str], ...] = ()
     ref: str = ""  # its name within its request, for the others' depends_on
+    #: (a waiting job's id, policy): jobs that get this one as one more dependency.
+    blocks: tuple[tuple[str, str], ...] = ()
 
 
 MAX_DEPENDENCIES = 1000
@@ -153,6 +155,17 @@ def job_spec(spec: pb.JobSpec, field: str, settings: Settings, now: int) -> Vali
         if len({d for d, _ in deps}) != len(deps):
             raise InvalidArgument(f"{field}.depends_on: a dependency is named twice")
         job.depends_on = tuple(deps)
+    if spec.blocks:
+        at_most(len(spec.blocks), MAX_DEPENDENCIES, f"{field}.blocks", "jobs")
+        blocked = []
+        for k, dep in enumerate(spec.blocks):
+            job_id(dep.job, f"{field}.blocks[{k}].job")
+            if dep.on_failure not in _POLICIES:
+                raise InvalidArgument(f"{field}.blocks[{k}].on_failure: unknown policy {dep.on_failure}")
+            blocked.append((dep.job, _POLICIES[dep.on_failure]))
+        if len({b for b, _ in blocked}) != len(blocked):
+            raise InvalidArgument(f"{field}.blocks: a job is named twice")
+        job.blocks = tuple(blocked)
     return job
 
 

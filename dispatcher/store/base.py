@@ -430,12 +430,14 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
         edges: Sequence[Edge],
         may_use: Callable[[str], bool],
         name_of: Callable[[str], str],
+        blocks: Sequence[Edge] = (),
     ) -> tuple[list[tuple[str, bool]], list[JobRow]]:
         """Insert jobs and their dependencies in one transaction (issue 21): all or nothing. An edge
         names the new row's id or an existing job's (``may_use`` decides which types the caller may
         depend on; an error names the job by ``name_of(id)``). Rows of jobs with edges must be
         'waiting' with deps_remaining set. Returns (id, created) per row, and the rows to push now:
-        the created ones not waiting, and waiting ones whose dependencies had all finished already."""
+        the created ones not waiting, and waiting ones whose dependencies had all finished already.
+        ``blocks``: edges from existing waiting jobs to new rows (dependencies.extend_waiting)."""
         new_ids = {r.id for r in rows}
         async with self.transaction() as tx:
             await dependencies.check_dependencies(
@@ -452,6 +454,11 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
                 if e.job_id in created
             ]
             await dependencies.insert_edges(tx, kept)
+            # Waiting jobs that get a new job as one more dependency (``blocks``: a batch grown
+            # from inside), unless its idempotency key existed.
+            await dependencies.extend_waiting(
+                tx, [e for e in blocks if e.depends_on_id in created], may_use, name_of
+            )
             # Dependencies finished before this commit resolve now, as if they had just finished.
             resolution = await dependencies.resolve(tx, {e.depends_on_id for e in kept})
             promoted = await rows_of(tx, resolution.promoted)

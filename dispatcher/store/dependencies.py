@@ -88,6 +88,39 @@ async def check_dependencies(
             raise InvalidArgument(f"{name_of(job_id)}: no job {job_id} to depend on")
 
 
+async def extend_waiting(
+    tx: Tx, edges: Sequence[Edge], may_use: Callable[[str], bool], name_of: Callable[[str], str]
+) -> None:
+    """Give existing waiting jobs one more dependency each (``Edge.job_id`` the waiting job, a new
+    job its dependency): a batch grown from inside. Refused, naming the job, unless each is still
+    waiting: one whose dependencies all finished has been released (or cancelled) already."""
+    if not edges:
+        return
+    lock = " FOR UPDATE" if tx.supports_for_update else ""
+    ids = sorted({e.job_id for e in edges})
+    found: dict[str, tuple[str, str]] = {}
+    for chunk in _chunks(ids):
+        rows = await tx.execute(
+            f"SELECT id, type, status FROM jobs WHERE id IN ({_marks(len(chunk))}) ORDER BY id{lock}", chunk
+        )
+        found.update((str(r[0]), (str(r[1]), str(r[2]))) for r in rows)
+    for job_id in ids:
+        if job_id not in found or not may_use(found[job_id][0]):
+            raise InvalidArgument(f"{name_of(job_id)}: no job {job_id} to block")
+        if found[job_id][1] != WAITING:
+            raise InvalidArgument(
+                f"{name_of(job_id)}: job {job_id} is {found[job_id][1]}, no longer waiting for dependencies"
+            )
+    await insert_edges(tx, edges)
+    counts: dict[str, int] = defaultdict(int)
+    for e in edges:
+        counts[e.job_id] += 1
+    await tx.executemany(
+        "UPDATE jobs SET deps_remaining = deps_remaining + ? WHERE id = ?",
+        sorted((n, i) for i, n in counts.items()),
+    )
+
+
 async def insert_edges(tx: Tx, edges: Sequence[Edge]) -> None:
     await tx.executemany(
         "INSERT INTO job_dependencies (job_id, depends_on_id, on_failure) VALUES (?, ?, ?) "

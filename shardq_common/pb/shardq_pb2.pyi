@@ -153,7 +153,7 @@ class Attempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("type", "payload", "priority", "run_at_ms", "delay_ms", "max_attempts", "lease_ttl_ms", "idempotency_key", "concurrency_key", "headers", "depends_on", "ref")
+    __slots__ = ("type", "payload", "priority", "run_at_ms", "delay_ms", "max_attempts", "lease_ttl_ms", "idempotency_key", "concurrency_key", "headers", "depends_on", "ref", "blocks")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +173,7 @@ class JobSpec(_message.Message):
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
     REF_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
     type: str
     payload: bytes
     priority: Priority
@@ -185,7 +186,8 @@ class JobSpec(_message.Message):
     headers: _containers.ScalarMap[str, str]
     depends_on: _containers.RepeatedCompositeFieldContainer[Dependency]
     ref: str
-    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., run_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ..., depends_on: _Optional[_Iterable[_Union[Dependency, _Mapping]]] = ..., ref: _Optional[str] = ...) -> None: ...
+    blocks: _containers.RepeatedCompositeFieldContainer[Dependency]
+    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., run_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ..., depends_on: _Optional[_Iterable[_Union[Dependency, _Mapping]]] = ..., ref: _Optional[str] = ..., blocks: _Optional[_Iterable[_Union[Dependency, _Mapping]]] = ...) -> None: ...
 
 class EnqueueRequest(_message.Message):
     __slots__ = ("job",)

@@ -12,7 +12,7 @@ import pytest
 from tests.support.db import query
 from tests.support.processes import read_ledger
 from tests.support.wait import wait_until
-from worker_sdk import Client, InvalidArgumentError, JobInfo
+from worker_sdk import Batch, Client, InvalidArgumentError, JobInfo, chain, group, job
 
 
 def _status(client: Client, job_id: str, status: str, timeout: float = 20) -> JobInfo:
@@ -153,3 +153,74 @@ def test_a_fan_in_reads_every_dependency_result_and_an_ignored_failure(dispatche
     expected = {job_id: ["noop", "succeeded", f"{i:04x}"] for i, job_id in enumerate(child_ids)}
     expected[dead] = ["final", "dead", ""]
     assert seen == expected
+
+
+def test_a_chain_runs_in_order_and_passes_each_result_on(dispatcher, start_worker, ledger):
+    start_worker(dispatcher.target, types="noop,collect")
+    with Client(dispatcher.target) as client:
+        first, second, third = client.enqueue_many(
+            chain(job("noop", {"result_hex": "01"}), job("collect"), job("collect"))
+        )
+        _status(client, third, "succeeded")
+        assert json.loads(client.get_job(second).result) == {first: ["noop", "succeeded", "01"]}
+        passed_on = json.loads(client.get_job(third).result)
+        assert list(passed_on) == [second] and passed_on[second][1] == "succeeded"
+    starts, ends = _times(ledger, "start"), _times(ledger, "end")
+    assert ends[first] <= starts[second] and ends[second] <= starts[third]
+
+
+def test_a_group_of_500_then_a_callback_that_receives_all_500_results(dispatcher, start_worker):
+    start_worker(dispatcher.target, types="noop,collect", concurrency=64)
+    with Client(dispatcher.target) as client:
+        children = [job("noop", {"result_hex": f"{i:04x}"}) for i in range(500)]
+        *child_ids, callback = client.enqueue_many(group(children, key="report-1").then(job("collect")))
+        job_info = _status(client, callback, "succeeded", timeout=60)
+        seen = json.loads(job_info.result)
+        assert seen == {c: ["noop", "succeeded", f"{i:04x}"] for i, c in enumerate(child_ids)}
+        # The same group again (a retried call): its key makes it the same jobs, created once.
+        again = client.enqueue_many(group(children, key="report-1").then(job("collect")))
+        assert again == [*child_ids, callback]
+
+
+def test_a_batch_fires_complete_and_success_once_and_waits_for_jobs_added_from_inside(
+    dispatcher, start_worker, ledger
+):
+    start_worker(dispatcher.target, types="noop,sleep,grow,collect")
+    with Client(dispatcher.target) as client:
+        batch = Batch(on_success=job("collect", ref="success"), on_complete=job("collect", ref="complete"))
+        opened = client.enqueue_batch(batch, [job("noop"), job("sleep", {"sleep": 0.3})])
+        grower = client.add_to_batch(
+            opened,
+            [
+                job(
+                    "grow",
+                    {
+                        "target": dispatcher.target,
+                        "batch": opened.token,
+                        "add": [job("sleep", {"sleep": 1.5})],
+                    },
+                )
+            ],
+        )[0]
+        _status(client, opened.complete_id, "succeeded", timeout=30)
+        _status(client, opened.success_id, "succeeded")
+        [added] = json.loads(client.get_job(grower).result)
+        members = {*opened.job_ids, grower, added}
+        assert set(json.loads(client.get_job(opened.success_id).result)) == members
+    starts, ends = _times(ledger, "start"), _times(ledger, "end")
+    assert starts[opened.success_id] >= ends[added]  # not early: the added job was waited for
+    runs = [e["job"] for e in read_ledger(ledger) if e["event"] == "start"]
+    assert runs.count(opened.success_id) == 1 and runs.count(opened.complete_id) == 1
+
+
+def test_a_batch_with_a_dead_job_completes_without_success(dispatcher, start_worker):
+    start_worker(dispatcher.target, types="noop,final,collect")
+    with Client(dispatcher.target) as client:
+        batch = Batch(on_success=job("collect"), on_complete=job("collect"))
+        opened = client.enqueue_batch(batch, [job("noop"), job("final")])
+        done = _status(client, opened.complete_id, "succeeded")
+        assert sorted(state for _, state, _ in json.loads(done.result).values()) == ["dead", "succeeded"]
+        assert client.get_job(opened.success_id).status == "cancelled"
+        # The batch is closed: nothing may join it now.
+        with pytest.raises(InvalidArgumentError, match="no longer waiting"):
+            client.add_to_batch(opened, [job("noop")])
