@@ -4,13 +4,16 @@ processes, Redis, SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.db import query
-from tests.support.processes import read_ledger
+from tests.support.processes import ROOT, read_ledger
 from tests.support.wait import wait_until
 from worker_sdk import Batch, Client, InvalidArgumentError, JobInfo, chain, group, job
 
@@ -224,3 +227,44 @@ def test_a_batch_with_a_dead_job_completes_without_success(dispatcher, start_wor
         # The batch is closed: nothing may join it now.
         with pytest.raises(InvalidArgumentError, match="no longer waiting"):
             client.add_to_batch(opened, [job("noop")])
+
+
+def test_dispatcherctl_draws_a_job_graph(dispatcher):
+    with Client(dispatcher.target) as client:  # no worker: the graph stays as enqueued
+        a, b, c, d = client.enqueue_many(
+            [
+                {"type": "noop", "ref": "a"},
+                {"type": "noop", "ref": "b"},
+                {"type": "collect", "ref": "c", "depends_on": ["a", ("b", "ignore")]},
+                {"type": "collect", "depends_on": ["c"]},
+            ]
+        )
+    env = {k: v for k, v in os.environ.items() if k != "SHARDQ_TARGET"}
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dispatcher.cli.ctl",
+            "--target",
+            dispatcher.target,
+            "job",
+            "show",
+            c,
+            "--graph",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    first, second = sorted([(a, "fail"), (b, "ignore")])  # listed in id order
+    assert shown.stdout.splitlines() == [
+        "waits for:",
+        f"  ├─ {first[0]} noop ready [{first[1]}]",
+        f"  └─ {second[0]} noop ready [{second[1]}]",
+        f"* {c} collect waiting  (2 open)",
+        "waited for by:",
+        f"  └─ {d} collect waiting [fail]",
+    ]
