@@ -124,6 +124,11 @@ DEPENDENCY_UP = Gauge(
     multiprocess_mode="livemin",
 )
 # Every process reads the same number from the DB: under a supervisor the largest is the answer.
+WAITING_DEPTH = Gauge(
+    "shardq_jobs_waiting",
+    "Jobs waiting for their dependencies (issue 21; in the DB only), as of the last health round.",
+    **({"multiprocess_mode": "max"} if _MULTIPROCESS else {}),
+)
 DEAD_DEPTH = Gauge(
     "shardq_dead_letter_depth",
     "Jobs in the dead-letter queue.",

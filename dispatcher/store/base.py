@@ -530,6 +530,12 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
             rows = await tx.execute(f"SELECT {COLUMNS} FROM jobs WHERE id = ?", (job_id,))
         return JobRow.from_row(rows[0]) if rows else None
 
+    async def count_waiting(self) -> int:
+        """Jobs waiting for their dependencies (the partial index jobs_waiting of migration 0016)."""
+        async with self.transaction() as tx:
+            rows = await tx.execute("SELECT COUNT(*) FROM jobs WHERE status = 'waiting'")
+        return int(rows[0][0])
+
     async def job_graph(
         self, job_id: str
     ) -> tuple[list[dependencies.EdgeRow], list[dependencies.EdgeRow], int]:

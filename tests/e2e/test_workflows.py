@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.db import query
+from tests.support.ports import free_port
 from tests.support.processes import ROOT, read_ledger
+from tests.support.scrape import metric_total, samples
 from tests.support.wait import wait_until
 from worker_sdk import Batch, Client, InvalidArgumentError, JobInfo, chain, group, job
 
@@ -268,3 +270,20 @@ def test_dispatcherctl_draws_a_job_graph(dispatcher):
         "waited for by:",
         f"  └─ {d} collect waiting [fail]",
     ]
+
+
+def test_the_waiting_jobs_are_counted_in_a_metric(start_dispatcher, redis_url, db_url, start_worker):
+    port = free_port()
+    proc = start_dispatcher(redis_url, db_url, metrics_listen=f"127.0.0.1:{port}")
+    with Client(proc.target) as client:
+        first, *_ = client.enqueue_many(
+            [{"type": "noop", "ref": "a"}, *({"type": "noop", "depends_on": ["a"]} for _ in range(3))]
+        )
+        wait_until(
+            lambda: metric_total(port, "shardq_jobs_waiting") == 3,
+            timeout=20,
+            message=lambda: [s for s in samples(port) if "waiting" in s.name or "dead" in s.name],
+        )
+        start_worker(proc.target, types="noop")
+        wait_until(lambda: metric_total(port, "shardq_jobs_waiting") == 0, timeout=30)
+        assert metric_total(port, "shardq_jobs_promoted_total") == 3
