@@ -13,10 +13,11 @@ jobs/s is from the first enqueue to the last job's end (by the handlers' clocks)
 alternating in order between rounds.
 
 Also the delay from a dependency's end to its dependent's start: for every join, from the end of
-its last child; for every child of the next group, from the end of the join it waited for. Printed
-as p50/p99 (ms). The handler's end is a little before its ack reaches the dispatcher: the delay
-includes the ack's trip, the status writer's batch (its flush interval), the resolution, the push
-and the lease.
+its last child (fan-in); for every child of the next group, from the end of the join it waited for
+(fan-out: a join's end releases ``--width`` jobs at once). Printed as p50/p99 (ms) of each. The
+handler's end is a little before its ack reaches the dispatcher: the delay includes the ack's trip,
+the status writer's batch (its flush interval), the resolution, the push, the lease and the read
+of the dependencies' results that goes with it.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ def _read(ledger: Path) -> dict[str, tuple[float, float]]:
     return out
 
 
-def _run(target: str, ledger: Path, groups: int, width: int, edges: bool) -> tuple[float, list[float]]:
+def _run(
+    target: str, ledger: Path, groups: int, width: int, edges: bool
+) -> tuple[float, dict[str, list[float]]]:
     ledger.write_text("")
     ids: list[tuple[list[str], str]] = []  # per group: children, join
     began = time.time()
@@ -83,12 +86,12 @@ def _run(target: str, ledger: Path, groups: int, width: int, edges: bool) -> tup
             raise SystemExit(f"only {len(done)} of {total} jobs ran in 10 minutes")
         time.sleep(0.2)
     rate = total / (max(end for _, end in done.values()) - began)
-    delays = []
+    delays: dict[str, list[float]] = {"fan-in": [], "fan-out": []}
     if edges:
         for g, (children, join) in enumerate(ids):
-            delays.append(done[join][0] - max(done[c][1] for c in children))
+            delays["fan-in"].append(done[join][0] - max(done[c][1] for c in children))
             if g:
-                delays += [done[c][0] - done[ids[g - 1][1]][1] for c in children]
+                delays["fan-out"] += [done[c][0] - done[ids[g - 1][1]][1] for c in children]
     return rate, delays
 
 
@@ -117,7 +120,8 @@ def main() -> None:
     dispatcher = Dispatcher(redis_server.url, database.url, logs / "dispatcher", args.processes)
     ledger = logs / "ledger.txt"
     worker = None
-    ratios, all_delays = [], []
+    ratios: list[float] = []
+    all_delays: dict[str, list[float]] = {"fan-in": [], "fan-out": []}
     try:
         dispatcher.start()
         worker = subprocess.Popen(
@@ -130,7 +134,8 @@ def main() -> None:
             rates = {}
             for edges in order:
                 rates[edges], delays = _run(dispatcher.target, ledger, args.groups, args.width, edges)
-                all_delays += delays
+                for kind, values in delays.items():
+                    all_delays[kind] += values
             ratios.append(rates[True] / rates[False])
             print(
                 f"round {n + 1}: with edges {rates[True]:,.0f} jobs/s, without {rates[False]:,.0f} jobs/s, "
@@ -150,11 +155,16 @@ def main() -> None:
     edges_n = args.groups * args.width * 2 - args.width
     print(
         f"workflows: {total:,} jobs as {args.groups} fan-ins of {args.width} ({edges_n:,} edges): jobs/s "
-        f"with/without edges median {statistics.median(ratios):.3f} over {len(ratios)} rounds; "
-        f"dependency end -> dependent start p50 {_percentile(all_delays, 0.5) * 1000:.1f} ms, "
-        f"p99 {_percentile(all_delays, 0.99) * 1000:.1f} ms ({len(all_delays):,} delays)",
+        f"with/without edges median {statistics.median(ratios):.3f} over {len(ratios)} rounds",
         flush=True,
     )
+    everything = all_delays["fan-in"] + all_delays["fan-out"]
+    for kind, values in (*all_delays.items(), ("all", everything)):
+        print(
+            f"dependency end -> dependent start, {kind}: p50 {_percentile(values, 0.5) * 1000:.1f} ms, "
+            f"p99 {_percentile(values, 0.99) * 1000:.1f} ms ({len(values):,} delays)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

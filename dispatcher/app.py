@@ -121,7 +121,7 @@ class Dispatcher:
             self.loops.lease_deadline,
             self.transitions.leased,
             self.returns.return_unsent,
-            store.dependency_results_of,
+            store.dependency_results,
         )
         self.canceller = Canceller(store, self.working_set, self.writer, self.sessions, self.returns)
         self.coordinator = Coordinator(

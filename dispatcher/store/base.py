@@ -544,18 +544,12 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
             return await dependencies.graph_of(tx, job_id)
 
     async def dependency_results(
-        self, job_id: str, max_bytes: int = dependencies.MAX_RESULTS_BYTES
-    ) -> list[tuple[str, str, str, bytes, bool]]:
-        """(id, type, state, result, truncated) of the job's finished dependencies."""
-        async with self.transaction() as tx:
-            return await dependencies.results_of(tx, job_id, max_bytes)
-
-    async def dependency_results_of(
-        self, job_ids: list[str]
+        self, job_ids: Sequence[str], max_bytes: int = dependencies.MAX_RESULTS_BYTES
     ) -> dict[str, list[tuple[str, str, str, bytes, bool]]]:
-        """dependency_results for several jobs, in one transaction (a lease message's)."""
+        """Per job: (id, type, state, result, truncated) of its finished dependencies, read in one
+        transaction (a lease message's jobs)."""
         async with self.transaction() as tx:
-            return {job_id: await dependencies.results_of(tx, job_id) for job_id in job_ids}
+            return await dependencies.results_of(tx, job_ids, max_bytes)
 
     async def resolve_stale(self, shard: int) -> int:
         """The reconciler's safety net (issue 21): resolve the open edges of the shard's waiting jobs

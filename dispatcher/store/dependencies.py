@@ -262,24 +262,26 @@ MAX_RESULTS_BYTES = 4 << 20
 
 
 async def results_of(
-    tx: Tx, job_id: str, max_bytes: int = MAX_RESULTS_BYTES
-) -> list[tuple[str, str, str, bytes, bool]]:
-    """(dependency id, type, state, result, truncated) of a job's resolved dependencies, in id
-    order; results past ``max_bytes`` in all are left out (empty, truncated), so a lease stays
-    bounded."""
-    rows = await tx.execute(
-        "SELECT d.depends_on_id, COALESCE(j.type, ''), d.resolved_state, d.result FROM job_dependencies AS d "
-        "LEFT JOIN jobs AS j ON j.id = d.depends_on_id WHERE d.job_id = ? AND d.resolved_state IS NOT NULL "
-        "ORDER BY d.depends_on_id",
-        (job_id,),
-    )
-    out = []
-    budget = max_bytes
-    for dep_id, job_type, state, result in rows:
-        data = bytes(result) if result is not None else b""
-        cut = len(data) > budget
-        if cut:
-            data = b""
-        budget -= len(data)
-        out.append((str(dep_id), str(job_type), str(state), data, cut))
+    tx: Tx, job_ids: Sequence[str], max_bytes: int = MAX_RESULTS_BYTES
+) -> dict[str, list[tuple[str, str, str, bytes, bool]]]:
+    """Per job: (dependency id, type, state, result, truncated) of its resolved dependencies, in id
+    order; results past ``max_bytes`` in all (per job) are left out (empty, truncated), so a lease
+    stays bounded. One statement per 500 jobs."""
+    out: dict[str, list[tuple[str, str, str, bytes, bool]]] = {job_id: [] for job_id in job_ids}
+    budget = dict.fromkeys(job_ids, max_bytes)
+    for chunk in _chunks(sorted(set(job_ids))):
+        rows = await tx.execute(
+            "SELECT d.job_id, d.depends_on_id, COALESCE(j.type, ''), d.resolved_state, d.result "
+            "FROM job_dependencies AS d LEFT JOIN jobs AS j ON j.id = d.depends_on_id "
+            f"WHERE d.job_id IN ({_marks(len(chunk))}) AND d.resolved_state IS NOT NULL "
+            "ORDER BY d.job_id, d.depends_on_id",
+            chunk,
+        )
+        for job_id, dep_id, job_type, state, result in rows:
+            data = bytes(result) if result is not None else b""
+            cut = len(data) > budget[job_id]
+            if cut:
+                data = b""
+            budget[job_id] -= len(data)
+            out[job_id].append((str(dep_id), str(job_type), str(state), data, cut))
     return out

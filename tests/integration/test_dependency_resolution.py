@@ -84,7 +84,7 @@ async def test_two_processes_finishing_the_last_two_dependencies_at_once_promote
                     (f"r{round_}-wait-%",),
                 )
             assert [tuple(r) for r in states] == [("ready", 0, n)]
-            results = await store.dependency_results(waiting[0], 1 << 20)
+            results = (await store.dependency_results([waiting[0]], 1 << 20))[waiting[0]]
             assert [(r[0], r[2], r[3]) for r in results] == [
                 (left[0], "succeeded", left[0].encode()),
                 (right[0], "succeeded", right[0].encode()),
