@@ -18,11 +18,15 @@ its last child (fan-in); for every child of the next group, from the end of the 
 handler's end is a little before its ack reaches the dispatcher: the delay includes the ack's trip,
 the status writer's batch (its flush interval), the resolution, the push, the lease and the read
 of the dependencies' results that goes with it.
+
+First (``--store-rounds``, 0 to skip), what the edge lookup adds to the status writer's batches for
+jobs nothing waits for, which every user pays.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import statistics
@@ -32,6 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from dispatcher.store import JobRow, StoreUpdate, dependencies
+from dispatcher.store.open import open_store
+from shardq_common.clock import wall_ms
 from worker_sdk import Client, JobContext, serve
 
 from .infra.dispatcher import Dispatcher
@@ -95,6 +102,45 @@ def _run(
     return rate, delays
 
 
+async def _resolution_share(db_url: str, rounds: int, batch: int) -> None:
+    """What the edge lookup adds to a status batch whose jobs nothing waits for (every user pays it):
+    per round, ``batch`` fresh leased rows get their success recorded (apply_updates, which looks
+    for open edges of the finished jobs in the same transaction), and the lookup alone is timed on
+    another ``batch`` finished rows. Prints the median µs per job of each."""
+    store = await open_store(db_url)
+    await store.migrate()
+    whole, lookup = [], []
+    try:
+        for n in range(rounds):
+            now = wall_ms()
+            rows = [
+                JobRow(f"r{n}-{i:06d}", "bench", 0, 1, b"", "leased", now, now + 60_000, 1, 0, 0, 5, 60_000,
+                       None, None, None, None, now, now, None, now)
+                for i in range(2 * batch)
+            ]  # fmt: skip
+            await store.insert_jobs(rows)
+            updates = [StoreUpdate(r.id, "succeeded", attempts=1, finished_at=now) for r in rows[:batch]]
+            began = time.perf_counter()
+            await store.apply_updates(updates)
+            whole.append((time.perf_counter() - began) / batch * 1e6)
+            await store.apply_updates(
+                [StoreUpdate(r.id, "succeeded", attempts=1, finished_at=now) for r in rows[batch:]]
+            )
+            async with store.transaction() as tx:
+                began = time.perf_counter()
+                await dependencies.resolve(tx, [r.id for r in rows[batch:]], now)
+                lookup.append((time.perf_counter() - began) / batch * 1e6)
+    finally:
+        await store.close()
+    print(
+        f"status batch of {batch:,} successes, nothing waiting on them: "
+        f"{statistics.median(whole):.1f} µs per job, "
+        f"of which the edge lookup {statistics.median(lookup):.1f} µs "
+        f"({statistics.median(lookup) / statistics.median(whole):.1%}; medians of {rounds} rounds)",
+        flush=True,
+    )
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -108,6 +154,8 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=99)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--store-rounds", type=int, default=10, help="0: skip the status batch's cost")
+    parser.add_argument("--batch", type=int, default=2000)
     parser.add_argument("--worker", nargs=2, metavar=("TARGET", "LEDGER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -123,6 +171,8 @@ def main() -> None:
     ratios: list[float] = []
     all_delays: dict[str, list[float]] = {"fan-in": [], "fan-out": []}
     try:
+        if args.store_rounds:
+            asyncio.run(_resolution_share(database.url, args.store_rounds, args.batch))
         dispatcher.start()
         worker = subprocess.Popen(
             [sys.executable, "-m", "bench.workflows", "--worker", dispatcher.target, str(ledger)],
@@ -151,6 +201,8 @@ def main() -> None:
         postgres.stop()
         redis_server.stop()
         shutil.rmtree(logs, ignore_errors=True)
+    if not ratios:  # --rounds 0: the status batch's cost only
+        return
     total = args.groups * (args.width + 1)
     edges_n = args.groups * args.width * 2 - args.width
     print(

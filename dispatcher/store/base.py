@@ -436,7 +436,8 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
         names the new row's id or an existing job's (``may_use`` decides which types the caller may
         depend on; an error names the job by ``name_of(id)``). Rows of jobs with edges must be
         'waiting' with deps_remaining set. Returns (id, created) per row, and the rows to push now:
-        the created ones not waiting, and waiting ones whose dependencies had all finished already.
+        the created ones not waiting (those whose dependencies had all finished already go to
+        ``on_resolved``).
         ``blocks``: edges from existing waiting jobs to new rows (dependencies.extend_waiting)."""
         new_ids = {r.id for r in rows}
         async with self.transaction() as tx:
@@ -464,8 +465,9 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, SearchQueri
             promoted = await rows_of(tx, resolution.promoted)
         self._resolved(promoted, resolution.cancelled)
         waiting = {e.job_id for e in kept}
-        ready = [r for r in rows if r.id in created and r.id not in waiting]
-        return results, ready + promoted
+        # The waiting ones released at once (their dependencies had finished) go to on_resolved,
+        # like every release: returned here too, they would be pushed twice.
+        return results, [r for r in rows if r.id in created and r.id not in waiting]
 
     def _resolved(self, promoted: list[JobRow], cancelled: list[str]) -> None:
         if (promoted or cancelled) and self.on_resolved is not None:
