@@ -415,7 +415,7 @@ class Client(_ClientOptions):
         after_id: str = "",
     ) -> BulkResult:
         """Apply ``action`` (one of "cancel", "requeue", "run_now", "delete") to the jobs
-        ``job_filter`` selects among those it applies to: cancel delayed, ready and leased jobs;
+        ``job_filter`` selects among those it applies to: cancel delayed, ready, leased and waiting jobs;
         requeue dead ones; run delayed ones (a future run or a retry's backoff) now; delete
         succeeded, cancelled and dead ones. Jobs are taken oldest first, at most ``limit`` a call
         (0: 10,000; at most 100,000): when ``BulkResult.more``, call again with

@@ -17,7 +17,7 @@ from tests.support.ports import free_port
 from tests.support.processes import ROOT, read_ledger
 from tests.support.scrape import metric_total, samples
 from tests.support.wait import wait_until
-from worker_sdk import Batch, Client, InvalidArgumentError, JobInfo, chain, group, job
+from worker_sdk import Batch, Client, InvalidArgumentError, JobFilter, JobInfo, chain, group, job
 
 
 def _status(client: Client, job_id: str, status: str, timeout: float = 20) -> JobInfo:
@@ -287,3 +287,16 @@ def test_the_waiting_jobs_are_counted_in_a_metric(start_dispatcher, redis_url, d
         start_worker(proc.target, types="noop")
         wait_until(lambda: metric_total(port, "shardq_jobs_waiting") == 0, timeout=30)
         assert metric_total(port, "shardq_jobs_promoted_total") == 3
+
+
+def test_waiting_jobs_are_found_by_a_search_and_cancelled_in_bulk(dispatcher):
+    with Client(dispatcher.target) as client:  # no worker: the graph stays as enqueued
+        first, *waiting = client.enqueue_many(
+            [{"type": "noop", "ref": "a"}, *({"type": "noop.later", "depends_on": ["a"]} for _ in range(3))]
+        )
+        found = client.list_jobs(JobFilter(statuses=("waiting",)))
+        assert sorted(j.id for j in found.jobs) == sorted(waiting)
+        result = client.bulk_jobs("cancel", JobFilter(types=("noop.later",)))
+        assert (result.matched, result.touched) == (3, 3)
+        assert {client.get_job(j).status for j in waiting} == {"cancelled"}
+        assert client.get_job(first).status == "ready"
