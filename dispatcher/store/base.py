@@ -230,6 +230,8 @@ class Tx(abc.ABC):
     """One open transaction."""
 
     supports_for_update = False  # SELECT ... FOR UPDATE (SQLite serializes writers anyway)
+    #: ``= ANY(?)`` takes a list as one array parameter (PostgreSQL): one parameter for many ids
+    supports_array_params = False
     #: (idem_key, id) of the jobs of a type (the first parameter) holding these keys (the others)
     idem_owners_sql = "SELECT idem_key, id FROM jobs WHERE type = ? AND idem_key IN ({marks})"
 

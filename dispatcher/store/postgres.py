@@ -90,6 +90,7 @@ def _pg(sql: str) -> str:
 
 class _PgTx(Tx):
     supports_for_update = True
+    supports_array_params = True
     # Keys are unique across the partitions of jobs in a table of their own (migration 0014).
     idem_owners_sql = "SELECT idem_key, job_id FROM job_idem_keys WHERE type = ? AND idem_key IN ({marks})"
 
