@@ -252,6 +252,7 @@ class Ingestor:
             metrics.DEPENDENCY_CANCELLED.inc(len(cancelled))
         if promoted:
             metrics.PROMOTED_FROM_WAITING.inc(len(promoted))
+            failpoints.hit("workflow.before-push")
             task = asyncio.create_task(self._push_rows(promoted, wall_ms(), before_answer=False))
             self._queueing.add(task)
             task.add_done_callback(self._queueing.discard)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.queue.failpoints import CRASH_EXIT_CODE
 from tests.support.db import query
 from tests.support.ports import free_port
 from tests.support.processes import ROOT, read_ledger
@@ -300,3 +301,26 @@ def test_waiting_jobs_are_found_by_a_search_and_cancelled_in_bulk(dispatcher):
         assert (result.matched, result.touched) == (3, 3)
         assert {client.get_job(j).status for j in waiting} == {"cancelled"}
         assert client.get_job(first).status == "ready"
+
+
+def test_a_job_released_by_a_dispatcher_that_died_before_pushing_it_runs_on_the_next(
+    start_dispatcher, start_worker, ledger, redis_url, db_url, tmp_path
+):
+    """The release is committed with its dependency's end; the push follows. A process that dies in
+    between leaves a ready row Redis does not hold: the shard's next owner restores it, and it runs
+    once."""
+    doomed = start_dispatcher(redis_url, db_url, dispatcher_id="d1", failpoints="workflow.before-push")
+    start_worker(doomed.target, types="noop")
+    with Client(doomed.target) as client:
+        first, then = client.enqueue_many(
+            [{"type": "noop", "ref": "a"}, {"type": "noop", "depends_on": ["a"]}]
+        )
+    assert doomed.process is not None
+    assert doomed.process.wait(30) == CRASH_EXIT_CODE, doomed.log_tail()
+    assert query(db_url, "SELECT status FROM jobs WHERE id = ?", (then,)) == [("ready",)]  # committed
+    successor = start_dispatcher(redis_url, db_url, dispatcher_id="d1")
+    start_worker(successor.target, types="noop")
+    with Client(successor.target) as client:
+        _status(client, then, "succeeded")
+    runs = [e["job"] for e in read_ledger(ledger) if e["event"] == "start"]
+    assert runs.count(then) == 1 and runs.count(first) == 1
