@@ -122,6 +122,7 @@ class Dispatcher:
             self.loops.lease_deadline,
             self.transitions.leased,
             self.returns.return_unsent,
+            store.dependency_results,
         )
         self.canceller = Canceller(store, self.working_set, self.writer, self.sessions, self.returns)
         self.coordinator = Coordinator(
@@ -148,6 +149,9 @@ class Dispatcher:
             self.hand_off.hand_off,
             max_request_bytes=settings.max_request_bytes,
         )
+        # Jobs a commit of this process released from 'waiting' (issue 21) go to Redis through the
+        # enqueue path's push (their shard's owner, by hand-off when it is another process).
+        store.on_resolved = self.ingest.push_resolved
         self.sql_enqueues = SqlEnqueues(
             store, self.ownership, self.writer, self.ingest, settings.sql_enqueue_sweep_s
         )

@@ -225,6 +225,7 @@ async def _health_loop(app: Dispatcher, servicer: health.aio.HealthServicer, eve
         if ok and rounds % 3 == 0:  # the dead-letter depth from the DB, every ~6 s
             try:
                 metrics.set_dead_depth(await app.store.dead_counts())
+                metrics.WAITING_DEPTH.set(await app.store.count_waiting())
             except Exception as exc:
                 log.debug("dead-letter depth not read", error=str(exc))
         rounds += 1

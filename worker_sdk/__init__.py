@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from ._client import AsyncClient, Client
-from ._context import JobContext
+from ._context import DependencyResult, JobContext
 from ._convert import (
     DEAD_REASONS,
     AttemptInfo,
+    DependencyInfo,
     DispatcherInfo,
     Identity,
     JobInfo,
@@ -41,15 +42,20 @@ from ._transactional import (
 )
 from ._waiting import JobCancelledError, JobDeadError, JobNotSucceededError
 from ._worker import Handler, Worker, serve
+from ._workflows import Batch, Group, OpenBatch, chain, group, job
 
 __all__ = [
     "BULK_ACTIONS",
     "DEAD_REASONS",
     "AsyncClient",
     "AttemptInfo",
+    "Batch",
     "BulkResult",
     "Client",
+    "DependencyInfo",
+    "DependencyResult",
     "DispatcherInfo",
+    "Group",
     "Handler",
     "Identity",
     "InvalidArgumentError",
@@ -61,6 +67,7 @@ __all__ = [
     "JobNotSucceededError",
     "JobPage",
     "NotFoundError",
+    "OpenBatch",
     "QueueInfo",
     "QueueSettings",
     "QueueStats",
@@ -81,9 +88,12 @@ __all__ = [
     "VersionInfo",
     "Worker",
     "WorkerInfo",
+    "chain",
     "enqueue_in_transaction",
     "enqueue_in_transaction_async",
     "enqueue_many_in_transaction",
     "enqueue_many_in_transaction_async",
+    "group",
+    "job",
     "serve",
 ]

@@ -38,6 +38,7 @@ from ._queues import QueueInfo, QueueSettings
 from ._routing import OwnerRoutes
 from ._schedules import Schedule, ScheduleInfo
 from ._search import BulkResult, JobFilter, JobPage
+from ._workflows import Batch, OpenBatch
 
 T = TypeVar("T")
 # A channel to an owner the shard map no longer names is closed once every call sent there has met
@@ -223,6 +224,8 @@ class Client(_ClientOptions):
         idempotency_key: str | None = None,
         concurrency_key: str | None = None,
         headers: Mapping[str, str] | None = None,
+        depends_on: Iterable[str | tuple[str, str]] | None = None,
+        on_failure: str = "fail",
     ) -> str:
         """Enqueue one job; returns its id once it is committed (the existing job's id when a job
         with this idempotency key exists).
@@ -236,12 +239,14 @@ class Client(_ClientOptions):
         each key apart, and keys with ready jobs share the leases round robin. ``headers``: small
         string metadata delivered with the job (at most 16, 4 KiB in all); with OpenTelemetry
         installed the current trace context is added as ``traceparent``/``tracestate`` (see the
-        README's tracing).
+        README's tracing). ``depends_on``: job ids (or ``(id, policy)`` pairs) this job waits for:
+        it stays "waiting" until each has finished; ``on_failure`` ("fail": cancelled when one is
+        dead-lettered or cancelled; "ignore": runs anyway) applies to the plain ids.
         """
         spec = job_spec(
             job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
             lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
-            headers=headers,
+            headers=headers, depends_on=depends_on, on_failure=on_failure,
         )  # fmt: skip
         with _tracing.sending([spec]) as span:
             job_id = self._send(calls.enqueue(spec))
@@ -259,6 +264,17 @@ class Client(_ClientOptions):
             job_ids = self._send(calls.enqueue_many(specs))
             _tracing.sent(span, job_ids)
         return job_ids
+
+    def enqueue_batch(self, batch: Batch, jobs: Iterable[Mapping[str, Any]]) -> OpenBatch:
+        """Enqueue a batch's first jobs and its callbacks in one transaction (see ``Batch``)."""
+        return batch.opened(self.enqueue_many(batch.specs(jobs)))
+
+    def add_to_batch(self, batch: OpenBatch | str, jobs: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Add jobs to an open batch (an OpenBatch or its token), from a running job of the batch:
+        its callbacks wait for them too. InvalidArgumentError once the batch's callbacks are no
+        longer waiting (every job of it had finished)."""
+        opened = OpenBatch.from_token(batch) if isinstance(batch, str) else batch
+        return self.enqueue_many(opened.add_specs(jobs))
 
     def get_job(self, job_id: str) -> JobInfo:
         """The job as the dispatcher's database has it (NotFoundError when there is none)."""
@@ -399,7 +415,7 @@ class Client(_ClientOptions):
         after_id: str = "",
     ) -> BulkResult:
         """Apply ``action`` (one of "cancel", "requeue", "run_now", "delete") to the jobs
-        ``job_filter`` selects among those it applies to: cancel delayed, ready and leased jobs;
+        ``job_filter`` selects among those it applies to: cancel delayed, ready, leased and waiting jobs;
         requeue dead ones; run delayed ones (a future run or a retry's backoff) now; delete
         succeeded, cancelled and dead ones. Jobs are taken oldest first, at most ``limit`` a call
         (0: 10,000; at most 100,000): when ``BulkResult.more``, call again with
@@ -588,6 +604,8 @@ class AsyncClient(_ClientOptions):
         idempotency_key: str | None = None,
         concurrency_key: str | None = None,
         headers: Mapping[str, str] | None = None,
+        depends_on: Iterable[str | tuple[str, str]] | None = None,
+        on_failure: str = "fail",
     ) -> str:
         """Enqueue one job; returns its id once it is committed (options as for ``Client.enqueue``).
         Calls made concurrently (in the same turn of the event loop) to the same dispatcher share
@@ -595,7 +613,7 @@ class AsyncClient(_ClientOptions):
         spec = job_spec(
             job_type, payload, priority=priority, run_at=run_at, delay=delay, max_attempts=max_attempts,
             lease_ttl=lease_ttl, idempotency_key=idempotency_key, concurrency_key=concurrency_key,
-            headers=headers,
+            headers=headers, depends_on=depends_on, on_failure=on_failure,
         )  # fmt: skip
         with _tracing.sending([spec]) as span:
             job_id = await self._pipeline.enqueue(spec, await self._address_of((spec.type,)))
@@ -610,6 +628,15 @@ class AsyncClient(_ClientOptions):
             job_ids = await self._send(calls.enqueue_many(specs))
             _tracing.sent(span, job_ids)
         return job_ids
+
+    async def enqueue_batch(self, batch: Batch, jobs: Iterable[Mapping[str, Any]]) -> OpenBatch:
+        """As ``Client.enqueue_batch``."""
+        return batch.opened(await self.enqueue_many(batch.specs(jobs)))
+
+    async def add_to_batch(self, batch: OpenBatch | str, jobs: Iterable[Mapping[str, Any]]) -> list[str]:
+        """As ``Client.add_to_batch``."""
+        opened = OpenBatch.from_token(batch) if isinstance(batch, str) else batch
+        return await self.enqueue_many(opened.add_specs(jobs))
 
     async def get_job(self, job_id: str) -> JobInfo:
         return await self._send(calls.get_job(job_id))

@@ -15,6 +15,27 @@ _EVENT_MADE = threading.Lock()  # one event per context when several threads wai
 MAX_PROGRESS_BYTES = 4096
 
 
+@dataclass(frozen=True, slots=True)
+class DependencyResult:
+    """A finished dependency of the running job (issue 21)."""
+
+    job_id: str
+    type: str
+    #: succeeded, dead or cancelled.
+    state: str
+    #: Its handler's result (bytes as returned; b"" for none, or when cut by the size bound).
+    result: bytes
+    truncated: bool = False
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "succeeded"
+
+    def json(self) -> Any:
+        """The result decoded as JSON (None when it is empty)."""
+        return json.loads(self.result) if self.result else None
+
+
 @dataclass(slots=True)
 class JobContext:
     """One execution of one job. Handlers must be idempotent: delivery is at-least-once.
@@ -56,12 +77,21 @@ class JobContext:
     #: The headers given at enqueue: small string metadata, such as the W3C trace context
     #: (``traceparent``, ``tracestate``) the client injects when OpenTelemetry is installed.
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: Issue 21: the outcomes of the jobs this one waited for (see :meth:`dependency_results`).
+    dependencies: tuple[DependencyResult, ...] = ()
     # Set from the event loop, read from the handler's thread. The event a sync handler waits on
     # is made only when one waits: most jobs never need it, and it costs a lock and a condition.
     _cancelled: bool = field(default=False, repr=False, compare=False)
     _cancel_event: threading.Event | None = field(default=None, repr=False, compare=False)
     # Set by the worker: takes a progress report (JSON) from any thread.
     _report: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+
+    def dependency_results(self) -> dict[str, DependencyResult]:
+        """The jobs this one waited for (``depends_on``), by id, in their id order: each one's type,
+        how it finished ("succeeded", or "dead"/"cancelled" for a dependency under
+        ``on_failure="ignore"``) and its handler's result. At most 4 MiB of results in all reach a
+        job: past that a result is empty and its ``truncated`` is True."""
+        return {d.job_id: d for d in self.dependencies}
 
     @property
     def id(self) -> str:

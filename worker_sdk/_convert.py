@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,6 +20,7 @@ STATUS_NAMES = {
     pb.JOB_STATUS_SUCCEEDED: "succeeded",
     pb.JOB_STATUS_DEAD: "dead",
     pb.JOB_STATUS_CANCELLED: "cancelled",
+    pb.JOB_STATUS_WAITING: "waiting",
     pb.JOB_STATUS_UNSPECIFIED: "unknown",
 }
 REASONS = {
@@ -65,6 +66,10 @@ def job_spec(
     idempotency_key: str | None = None,
     concurrency_key: str | None = None,
     headers: Mapping[str, str] | None = None,
+    depends_on: Iterable[str | tuple[str, str]] | None = None,
+    on_failure: str = "fail",
+    ref: str | None = None,
+    blocks: Iterable[str | tuple[str, str]] | None = None,
 ) -> pb.JobSpec:
     if priority not in PRIORITIES:
         raise ValueError(f"unknown priority {priority!r}: use high, default or low")
@@ -93,7 +98,46 @@ def job_spec(
         spec.max_attempts = max_attempts
     if lease_ttl is not None:
         spec.lease_ttl_ms = math.ceil(_seconds(lease_ttl, "lease_ttl") * 1000)
+    if ref:
+        spec.ref = ref
+    for dep in depends_on or ():
+        job, policy = (dep, on_failure) if isinstance(dep, str) else dep
+        if policy not in DEPENDENCY_POLICIES:
+            raise ValueError(f"unknown on_failure {policy!r}: use fail or ignore")
+        spec.depends_on.add(job=job, on_failure=DEPENDENCY_POLICIES[policy])
+    for blocked in blocks or ():
+        job, policy = (blocked, on_failure) if isinstance(blocked, str) else blocked
+        if policy not in DEPENDENCY_POLICIES:
+            raise ValueError(f"unknown on_failure {policy!r}: use fail or ignore")
+        spec.blocks.add(job=job, on_failure=DEPENDENCY_POLICIES[policy])
     return spec
+
+
+#: What a job does when a dependency is dead-lettered or cancelled (issue 21).
+DEPENDENCY_POLICIES = {"fail": pb.DEPENDENCY_POLICY_FAIL, "ignore": pb.DEPENDENCY_POLICY_IGNORE}
+POLICY_NAMES = {v: k for k, v in DEPENDENCY_POLICIES.items()} | {pb.DEPENDENCY_POLICY_UNSPECIFIED: "fail"}
+
+
+@dataclass(frozen=True)
+class DependencyInfo:
+    """One edge of a job's graph: the other job, its status now, the policy and how it finished."""
+
+    job_id: str
+    type: str
+    status: str
+    on_failure: str
+    #: succeeded, dead or cancelled once the dependency finished; "" before.
+    resolved_state: str
+
+    @classmethod
+    def from_pb(cls, e: pb.DependencyEdge) -> DependencyInfo:
+        return cls(
+            e.job_id,
+            e.type,
+            STATUS_NAMES.get(e.status, "unknown") if e.status else "deleted",
+            POLICY_NAMES.get(e.on_failure, "fail"),
+            e.resolved_state,
+        )
 
 
 OUTCOME_NAMES = {
@@ -177,6 +221,11 @@ class JobInfo:
     progress: Any = None
     #: The worker of its latest lease (its latest run); "" before its first.
     worker_id: str = ""
+    #: Issue 21 (get_job): the jobs it waits for, the jobs waiting for it, and how many of its
+    #: dependencies have not finished yet.
+    dependencies: tuple[DependencyInfo, ...] = ()
+    dependents: tuple[DependencyInfo, ...] = ()
+    dependencies_remaining: int = 0
 
     @classmethod
     def from_pb(cls, j: pb.Job) -> JobInfo:
@@ -208,6 +257,9 @@ class JobInfo:
             attempt_history=tuple(AttemptInfo.from_pb(a) for a in j.attempt_history),
             progress=decode_progress(j.progress),
             worker_id=j.worker_id,
+            dependencies=tuple(DependencyInfo.from_pb(e) for e in j.dependencies),
+            dependents=tuple(DependencyInfo.from_pb(e) for e in j.dependents),
+            dependencies_remaining=j.dependencies_remaining,
         )
 
 

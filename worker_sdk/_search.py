@@ -20,6 +20,7 @@ STATUSES = {
     "succeeded": pb.JOB_STATUS_SUCCEEDED,
     "dead": pb.JOB_STATUS_DEAD,
     "cancelled": pb.JOB_STATUS_CANCELLED,
+    "waiting": pb.JOB_STATUS_WAITING,
 }
 #: What ``Client.bulk_jobs`` can do, and to which jobs: cancel (delayed, ready, leased), requeue
 #: (dead), run_now (delayed: a first run in the future or a retry's backoff), delete (succeeded,
@@ -39,7 +40,8 @@ class JobFilter:
     """Which jobs a search or a bulk action selects: every field given must hold.
 
     ``types``: job types, any of them; one with a wildcard (``billing.*``, ``?``, ``[...]``) is a
-    pattern. ``statuses``: delayed, ready, leased, succeeded, dead, cancelled. ``priorities``: high,
+    pattern. ``statuses``: delayed, ready, leased, succeeded, dead, cancelled,
+    waiting. ``priorities``: high,
     default, low. ``created_after``/``created_before``, ``finished_after``/``finished_before``: aware
     datetimes or epoch seconds (after: at or after; before: strictly before). ``idempotency_key``,
     ``schedule``: exact. ``error_contains``: a substring of the last error (case-sensitive).

@@ -50,6 +50,9 @@ _ARGS = (
     ("concurrency_key", "text"),
     ("headers", "jsonb"),
 )
+#: JobSpec fields the SQL functions do not take: a job with dependencies (issue 21) needs the
+#: dispatcher's transaction (edges, 'waiting', its scope checks), so it is refused here.
+RPC_ONLY = ("depends_on", "ref", "blocks")
 _ONE = "shardq_enqueue_v2"
 _MANY = "shardq_enqueue_many_v2"
 # SQLSTATEs the functions raise: bad input (invalid_parameter_value), no dispatcher ever started on the
@@ -60,6 +63,10 @@ _NO_FUNCTION = "42883"
 
 
 def _values(spec: pb.JobSpec) -> list[Any]:
+    if spec.depends_on or spec.ref or spec.blocks:
+        raise ValueError(
+            "a job with depends_on, ref or blocks cannot be enqueued in a transaction: use the client"
+        )
     return [
         spec.type,
         bytes(spec.payload),

@@ -30,7 +30,7 @@ from shardq_common.wakeup import Wakeup
 
 from . import _tracing
 from ._client import CHANNEL_OPTIONS, resolve_security, resolve_target
-from ._context import JobContext
+from ._context import DependencyResult, JobContext
 from ._convert import PRIORITY_NAMES
 from ._errors import RateLimited, Retry, ShardqError, SkipRetry
 
@@ -681,6 +681,10 @@ class Worker:
             ref.shard,
             lease.concurrency_key,
             lease.headers,
+            tuple(
+                DependencyResult(d.job_id, d.type, d.state, d.result, d.truncated)
+                for d in lease.dependency_results
+            ),
         )
         running = _Running(ref=lease.ref, ctx=ctx, ttl_ms=lease.lease_ttl_ms, link=link)
         ctx._report = functools.partial(self._report_progress, asyncio.get_running_loop(), running)

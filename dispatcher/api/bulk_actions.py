@@ -44,7 +44,7 @@ DEFAULT_LIMIT = 10_000
 MAX_LIMIT = 100_000
 #: The states each action applies to.
 APPLIES_TO = {
-    pb.BULK_ACTION_CANCEL: ("delayed", "ready", "leased"),
+    pb.BULK_ACTION_CANCEL: ("delayed", "ready", "leased", "waiting"),
     pb.BULK_ACTION_REQUEUE: ("dead",),
     pb.BULK_ACTION_RUN_NOW: ("delayed",),
     pb.BULK_ACTION_DELETE: ("succeeded", "cancelled", "dead"),

@@ -37,6 +37,7 @@ from ..queue.status_writer import StatusWriter
 from ..queue.watches import WATCH_RECHECK_S, Watches
 from ..queue.working_set import NewJob, WorkingSet
 from ..store import AttemptRow, DeadFilter, JobQuery, JobRow, Store
+from ..store.dependencies import EdgeRow
 from . import auth, bulk_actions
 from .bulk_actions import BulkActions
 
@@ -49,6 +50,7 @@ _STATUS = {
     "succeeded": pb.JOB_STATUS_SUCCEEDED,
     "dead": pb.JOB_STATUS_DEAD,
     "cancelled": pb.JOB_STATUS_CANCELLED,
+    "waiting": pb.JOB_STATUS_WAITING,
 }
 MAX_LIST = 10_000
 #: Rows one PruneJobs call deletes by default and at most (the client calls again for more).
@@ -119,7 +121,7 @@ class JobService(pb_grpc.JobServiceServicer):
         now = wall_ms()
         job = validation.job_spec(request.job, "job", self.settings, now)
         auth.check_types([job.type], "job.type")
-        [(job_id, created)] = await self.ingest.enqueue([job], now)
+        [(job_id, created)] = await self.ingest.enqueue([job], now, auth.may_use)
         return pb.EnqueueResponse(job_id=job_id, created=created)
 
     @rpc
@@ -132,7 +134,9 @@ class JobService(pb_grpc.JobServiceServicer):
         if not all(map(auth.may_use, {job.type for job in jobs})):  # then name the first job refused
             for i, job in enumerate(jobs):
                 auth.check_types([job.type], f"jobs[{i}].type")
-        results = await self.ingest.enqueue(jobs, now)
+        if any(job.ref for job in jobs):  # refs unique even where nothing names them
+            validation.job_graph(jobs)
+        results = await self.ingest.enqueue(jobs, now, auth.may_use)
         return pb.EnqueueManyResponse(job_ids=[r[0] for r in results], created=[r[1] for r in results])
 
     @rpc
@@ -144,6 +148,10 @@ class JobService(pb_grpc.JobServiceServicer):
         if latest is not None and all(r.attempt != latest.attempt for r in runs):
             runs.append(latest)  # it succeeded or goes on: only the job's row holds it
         message.attempt_history.extend(runs)
+        deps, dependents, remaining = await self.store.job_graph(job_id)
+        message.dependencies.extend(_edge_message(e) for e in deps if not e.type or auth.may_use(e.type))
+        message.dependents.extend(_edge_message(e) for e in dependents if not e.type or auth.may_use(e.type))
+        message.dependencies_remaining = remaining
         return message
 
     async def WatchJob(
@@ -492,6 +500,16 @@ def _cut(message: pb.Job, payload_bytes: int) -> None:
         message.truncated = True
 
 
+def _edge_message(e: EdgeRow) -> pb.DependencyEdge:
+    return pb.DependencyEdge(
+        job_id=e.job_id,
+        type=e.type,
+        status=_STATUS.get(e.status, pb.JOB_STATUS_UNSPECIFIED),
+        on_failure=validation.POLICY_TO_PB.get(e.on_failure, pb.DEPENDENCY_POLICY_FAIL),
+        resolved_state=e.resolved_state,
+    )
+
+
 def job_message(row: JobRow) -> pb.Job:
     reason = validation.REASON_TO_PB.get(row.dead_reason, 0) if row.dead_reason else 0  # type: ignore[call-overload]
     return pb.Job(
@@ -517,7 +535,7 @@ def job_message(row: JobRow) -> pb.Job:
         schedule=row.schedule or "",
         concurrency_key=row.concurrency_key or "",
         rate_limited=row.rate_limited,
-        headers=json.loads(row.headers) if row.headers else None,
+        headers=validation.visible_headers(json.loads(row.headers)) if row.headers else None,
         progress=row.progress or "",
         worker_id=row.worker or "",
     )

@@ -172,4 +172,4 @@ def _check_new_record(record: JobRecord, field: str, shard: int, shard_count: in
             isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
         ):
             raise InvalidArgument(f"{field}.headers: not a map of strings")
-        validation.job_headers(headers, f"{field}.headers")
+        validation.job_headers(headers, f"{field}.headers", internal=True)

@@ -14,7 +14,7 @@ import grpc
 
 from worker_sdk import DEAD_REASONS, AttemptInfo, Client, JobInfo, ShardqError
 
-from . import ctl_queues, ctl_retention, ctl_schedules, ctl_search
+from . import ctl_queues, ctl_retention, ctl_schedules, ctl_search, job_graph
 from .extra import missing_extra_message
 from .tables import table
 
@@ -120,6 +120,8 @@ def _job_json(job: JobInfo) -> dict[str, Any]:
 
 def cmd_job_show(client: Client, args: argparse.Namespace) -> Any:
     job = client.get_job(args.id)
+    if args.graph:
+        return _job_json(job), job_graph.draw(client, job)
     return _job_json(job), table(["field", "value"], _job_rows(job)) + "\n\n" + _timeline(job)
 
 
@@ -388,6 +390,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = job.add_parser("show")
     p.add_argument("id")
+    p.add_argument(
+        "--graph", action="store_true", help="draw its workflow: what it waits for, what waits for it"
+    )
     p.set_defaults(func=cmd_job_show)
     p = job.add_parser("watch", help="follow a job live (status, progress) until it finishes")
     p.add_argument("id")

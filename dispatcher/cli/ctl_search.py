@@ -16,12 +16,12 @@ from worker_sdk import DEAD_REASONS, Client, JobFilter, JobInfo
 
 from .tables import table
 
-STATES = ("delayed", "ready", "leased", "succeeded", "dead", "cancelled")
+STATES = ("delayed", "ready", "leased", "succeeded", "dead", "cancelled", "waiting")
 #: Jobs one BulkJobs call acts on: a call takes seconds, well inside the client's timeout.
 JOBS_PER_CALL = 5_000
 BULK = {
     # command: (the SDK's action, what it does, the past tense, which jobs)
-    "cancel": ("cancel", "cancel", "cancelled", "delayed, ready and leased"),
+    "cancel": ("cancel", "cancel", "cancelled", "delayed, ready, leased and waiting"),
     "requeue": ("requeue", "requeue", "requeued", "dead"),
     "run-now": ("run_now", "run now", "made due now", "delayed (first run or retry backoff)"),
     "delete": ("delete", "delete", "deleted", "succeeded, cancelled and dead"),

@@ -99,7 +99,7 @@ SEARCH_FIELDS = (
     "type", "status", "priority", "created_after", "created_before", "finished_after",
     "finished_before", "idempotency_key", "schedule", "error", "payload", "reason",
 )  # fmt: skip
-STATUSES = ("delayed", "ready", "leased", "succeeded", "dead", "cancelled")
+STATUSES = ("delayed", "ready", "leased", "succeeded", "dead", "cancelled", "waiting")
 BULK_ACTIONS = ("cancel", "requeue", "run_now", "delete")
 JOBS_PAGE = 50
 MAX_JOBS_PAGE = 500

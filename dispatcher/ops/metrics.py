@@ -56,6 +56,14 @@ PROGRESS_WRITES = Counter("shardq_progress_writes_total", "Progress reports writ
 WATCHES = Gauge(
     "shardq_watches", "WatchJob streams open in this process (at most SHARDQ_MAX_WATCHES).", **_gauge_mode
 )
+PROMOTED_FROM_WAITING = Counter(
+    "shardq_jobs_promoted_total",
+    "Jobs whose dependencies all finished, moved out of 'waiting' by a commit of this process (issue 21).",
+)
+DEPENDENCY_CANCELLED = Counter(
+    "shardq_jobs_dependency_cancelled_total",
+    "Waiting jobs cancelled because a dependency failed under the 'fail' policy (issue 21).",
+)
 DEAD = Counter("shardq_jobs_dead_lettered_total", "Jobs moved to the dead-letter queue.", ["type", "reason"])
 LEASE_HELD_BACK = Counter(
     "shardq_lease_held_back_total",
@@ -116,6 +124,11 @@ DEPENDENCY_UP = Gauge(
     multiprocess_mode="livemin",
 )
 # Every process reads the same number from the DB: under a supervisor the largest is the answer.
+WAITING_DEPTH = Gauge(
+    "shardq_jobs_waiting",
+    "Jobs waiting for their dependencies (issue 21; in the DB only), as of the last health round.",
+    **({"multiprocess_mode": "max"} if _MULTIPROCESS else {}),
+)
 DEAD_DEPTH = Gauge(
     "shardq_dead_letter_depth",
     "Jobs in the dead-letter queue.",

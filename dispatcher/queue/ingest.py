@@ -34,12 +34,13 @@ from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from ..ops.tracing import now_ns, spans
 from ..store import JobRow, Store
+from ..store.dependencies import WAITING, Edge
 from . import failpoints
 from .ids import new_job_ids
 from .ownership import Ownership
 from .records import JobRecord
 from .states import JobState, Priority
-from .validation import ValidJob
+from .validation import DEPENDENCIES_HEADER, ValidJob, job_graph
 from .working_set import NewJob, WorkingSet
 
 log = structlog.get_logger("shardq.ingest")
@@ -178,6 +179,7 @@ class Ingestor:
         self.hand_off = hand_off  # (shard, jobs): the shard is another process's: give them to its owner
         # A hand-off must fit the owner's request limit (the same SHARDQ_MAX_REQUEST_BYTES).
         self.hand_off_bytes = max_request_bytes - REQUEST_OVERHEAD_BYTES
+        self.store = store
         self.commit = GroupCommit(store)
         self._coalesced = CoalescedPush(self.push)
         self.unqueued = 0  # committed jobs whose pushes have not finished
@@ -185,7 +187,77 @@ class Ingestor:
         self._room = asyncio.Event()
         self._room.set()
 
-    async def enqueue(self, jobs: Sequence[ValidJob], now: int) -> list[tuple[str, bool]]:
+    async def enqueue(
+        self, jobs: Sequence[ValidJob], now: int, may_use: Callable[[str], bool] = lambda t: True
+    ) -> list[tuple[str, bool]]:
+        """Commit the jobs, then push them (in the background; another process's, before the answer).
+        Jobs with dependencies (issue 21) are committed in a transaction of their own with their
+        edges, 'waiting' until their dependencies finish; ``may_use`` says which types' jobs the
+        caller may name as dependencies."""
+        rows = self._rows(jobs, now)
+        start_ns = now_ns() if spans.enabled else 0
+        if any(j.depends_on or j.blocks for j in jobs):
+            results, to_push = await self._commit_graph(jobs, rows, may_use)
+        else:
+            results = await self.commit.insert(rows)
+            to_push = [row for row, (_, new) in zip(rows, results, strict=True) if new]
+        if spans.enabled:
+            spans.record(
+                "shardq commit",
+                start_ns,
+                (json.loads(row.headers) if row.headers else None for row in rows),
+                {"messaging.batch.message_count": len(rows)},
+            )
+        created = [row for row, (_, new) in zip(rows, results, strict=True) if new]
+        metrics.count(metrics.ENQUEUED, ((metrics.type_label(row.type),) for row in created))
+        await self._push_rows(to_push, now, before_answer=True)
+        await self._backlog_room()
+        return results
+
+    async def _commit_graph(
+        self, jobs: Sequence[ValidJob], rows: list[JobRow], may_use: Callable[[str], bool]
+    ) -> tuple[list[tuple[str, bool]], list[JobRow]]:
+        graph = job_graph(list(jobs))
+        edges: list[Edge] = []
+        field_of: dict[str, str] = {}
+        for e in graph:
+            target = rows[e.depends_on].id if e.depends_on is not None else e.job_id
+            edges.append(Edge(rows[e.job].id, target, e.on_failure))
+            rows[e.job].deps_remaining += 1
+            if e.depends_on is None:
+                k = next(k for k, (name, _) in enumerate(jobs[e.job].depends_on) if name == e.job_id)
+                field_of.setdefault(target, f"jobs[{e.job}].depends_on[{k}].job")
+        blocks = []
+        for i, j in enumerate(jobs):
+            for k, (waiting_id, policy) in enumerate(j.blocks):
+                blocks.append(Edge(waiting_id, rows[i].id, policy))
+                field_of.setdefault(waiting_id, f"jobs[{i}].blocks[{k}].job")
+        for row in rows:
+            if row.deps_remaining:
+                row.status = WAITING
+                # Its leases carry its dependencies' results (sessions.py reads the mark).
+                headers = json.loads(row.headers) if row.headers else {}
+                headers[DEPENDENCIES_HEADER] = "1"
+                row.headers = json.dumps(
+                    dict(sorted(headers.items())), separators=(",", ":"), ensure_ascii=False
+                )
+        return await self.store.insert_graph(
+            rows, edges, may_use, lambda job_id: field_of.get(job_id, job_id), blocks
+        )
+
+    def push_resolved(self, promoted: list[JobRow], cancelled: list[str]) -> None:
+        """Jobs a commit moved out of 'waiting' (store.on_resolved): push them behind it. A push
+        lost here (this process dies first) is the reconciler's: their rows say ready or delayed."""
+        if cancelled:
+            metrics.DEPENDENCY_CANCELLED.inc(len(cancelled))
+        if promoted:
+            metrics.PROMOTED_FROM_WAITING.inc(len(promoted))
+            failpoints.hit("workflow.before-push")
+            task = asyncio.create_task(self._push_rows(promoted, wall_ms(), before_answer=False))
+            self._queueing.add(task)
+            task.add_done_callback(self._queueing.discard)
+
+    def _rows(self, jobs: Sequence[ValidJob], now: int) -> list[JobRow]:
         shards = {t: shard_for(t, self.shard_count) for t in {j.type for j in jobs}}
         delayed, ready = JobState.DELAYED.value, JobState.READY.value
         # Positional: binding 21 keyword arguments costs several times the row itself.
@@ -219,23 +291,15 @@ class Ingestor:
             )
             for job_id, j in zip(new_job_ids(len(jobs)), jobs, strict=True)
         ]
-        start_ns = now_ns() if spans.enabled else 0
-        results = await self.commit.insert(rows)
-        if spans.enabled:
-            spans.record(
-                "shardq commit",
-                start_ns,
-                (json.loads(row.headers) if row.headers else None for row in rows),
-                {"messaging.batch.message_count": len(rows)},
-            )
-        created = [row for row, (_, new) in zip(rows, results, strict=True) if new]
-        metrics.count(metrics.ENQUEUED, ((metrics.type_label(row.type),) for row in created))
+        return rows
+
+    async def _push_rows(self, created: list[JobRow], now: int, *, before_answer: bool) -> None:
         by_shard: dict[int, list[NewJob]] = defaultdict(list)
         records: dict[tuple[Any, ...], JobRecord] = {}  # jobs alike share one (immutable) record
         for row in created:
             kind = (
                 row.type, row.priority, row.run_at, row.max_attempts, row.lease_ttl_ms, row.idem_key,
-                row.concurrency_key, row.headers,
+                row.concurrency_key, row.headers, row.enqueued_at,
             )  # fmt: skip
             record = records.get(kind)
             if record is None:
@@ -244,7 +308,7 @@ class Ingestor:
                     priority=Priority(row.priority),
                     state=JobState.DELAYED,
                     run_at_ms=row.run_at,
-                    enqueued_at_ms=now,
+                    enqueued_at_ms=row.enqueued_at,
                     max_attempts=row.max_attempts,
                     lease_ttl_ms=row.lease_ttl_ms,
                     idempotency_key=row.idem_key or "",
@@ -254,7 +318,7 @@ class Ingestor:
             by_shard[row.shard].append(NewJob(row.id, record, row.payload))
         handed_on = []
         for shard, new in by_shard.items():
-            if shard in self.ownership.epochs:
+            if shard in self.ownership.epochs and before_answer:
                 self._queue_behind(shard, new)
             else:
                 handed_on.append(self._hand_on(shard, new))
@@ -262,8 +326,6 @@ class Ingestor:
         # answering, their owner would not queue them until its next full reconcile (minutes). The
         # owner answers once it has them (take), so only their trip to it is waited for.
         await asyncio.gather(*handed_on)
-        await self._backlog_room()
-        return results
 
     async def _hand_on(self, shard: int, jobs: list[NewJob]) -> None:
         """Push or hand on committed jobs before the answer, which is OK whatever fails here: an

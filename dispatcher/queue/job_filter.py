@@ -52,6 +52,7 @@ STATUS_FROM_PB = {
     pb.JOB_STATUS_SUCCEEDED: JobState.SUCCEEDED,
     pb.JOB_STATUS_DEAD: JobState.DEAD,
     pb.JOB_STATUS_CANCELLED: JobState.CANCELLED,
+    pb.JOB_STATUS_WAITING: "waiting",  # issue 21: in the DB only, no Redis state of its own
 }
 _PATTERN = re.compile(r"[A-Za-z0-9_.:/\-*?\[\]!]{1,200}")
 _PATH_KEY = re.compile(r"[A-Za-z0-9_]{1,64}")

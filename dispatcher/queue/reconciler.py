@@ -72,9 +72,9 @@ def record_from_row(row: JobRow, now: int, *, requeue: bool = False) -> JobRecor
 
 
 def _may_be_on_its_way(row: JobRow, now: int, in_flight_ms: int) -> bool:
-    """Committed lately and never leased: its push (behind its enqueue's answer, or a hand-off to
-    this process) may not have reached Redis yet."""
-    return row.attempts == 0 and now - row.enqueued_at < in_flight_ms
+    """Committed (or released from 'waiting': its updated_at) lately and never leased: its push
+    (behind its enqueue's answer, or a hand-off to this process) may not have reached Redis yet."""
+    return row.attempts == 0 and now - max(row.enqueued_at, row.updated_at) < in_flight_ms
 
 
 class Reconciler:
@@ -116,6 +116,10 @@ class Reconciler:
         in_flight_ms = 0 if after_loss else self.in_flight_ms
         try:
             async with lock, self._slots:
+                # Waiting jobs (issue 21) are never put in Redis: they are not among the active ids.
+                # A resolution missed is made here; the jobs it releases are pushed like any others.
+                if await self.store.resolve_stale(shard):
+                    log.warning("resolved dependencies of finished jobs that were still open", shard=shard)
                 async for ids in self.store.active_ids(shard):
                     if not still_owner():
                         break
@@ -192,7 +196,7 @@ class Reconciler:
         put_back = []
         for r in rows:
             if r.id not in awaited and not missing[r.id] and _may_be_on_its_way(r, now, in_flight_ms):
-                waiting[r.id] = min(r.enqueued_at, now) + in_flight_ms
+                waiting[r.id] = min(max(r.enqueued_at, r.updated_at), now) + in_flight_ms
             else:
                 put_back.append(r)
         if not put_back:

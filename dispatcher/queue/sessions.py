@@ -27,7 +27,7 @@ from .fairness import FairPicker
 from .ownership import Ownership
 from .states import Priority
 from .status_writer import LEASE_WRITE_DELAY_MS, StatusWriter, lease_update
-from .validation import priority_to_pb
+from .validation import DEPENDENCIES_HEADER, priority_to_pb, visible_headers
 from .working_set import Grant, LeaseRound, WorkingSet
 
 log = structlog.get_logger("shardq.sessions")
@@ -60,6 +60,11 @@ class SessionContext:
     on_leased: Callable[[Sequence[Grant]], None]
     #: (session, grants): leases withdrawn before their messages went out go back to their queues.
     return_unsent: Callable[[WorkerSession, list[Grant]], Awaitable[None]]
+    #: Issue 21: job ids -> their dependencies' outcomes (id, type, state, result, truncated), for
+    #: the leases of jobs that waited for others (one DB read per lease message that has such jobs).
+    dependency_results: (
+        Callable[[list[str]], Awaitable[dict[str, list[tuple[str, str, str, bytes, bool]]]]] | None
+    ) = None
 
 
 class WorkerSession:
@@ -105,6 +110,7 @@ class WorkerSession:
         self._rotation = 0
         self._lease_backoff = LEASE_BACKOFF_S
         self._gate_timers: dict[int, tuple[int, asyncio.TimerHandle]] = {}  # shard -> (steady ms, timer)
+        self._delivering: set[asyncio.Task[None]] = set()  # leases waiting for dependency results
         self.log = log.bind(worker=worker_id, peer=peer)
 
     def send(self, message: pb.DispatcherMessage) -> None:
@@ -347,7 +353,39 @@ class WorkerSession:
                 del self.unsent[job_id]
                 grants.append(grant)
         if grants:
+            self._deliver(grants)
+
+    def _deliver(self, grants: list[Grant]) -> None:
+        """Send the leases; those of jobs that waited for others (issue 21) once their dependencies'
+        results are read, which only they wait for."""
+        fetch = self.context.dependency_results
+        waited = [g.id for g in grants if g.headers and DEPENDENCIES_HEADER in g.headers]
+        if not waited or fetch is None:
             self.send(_leases_message(grants))
+            return
+        task = asyncio.create_task(self._deliver_with_results(grants, waited, fetch))
+        self._delivering.add(task)
+        task.add_done_callback(self._delivering.discard)
+
+    async def _deliver_with_results(
+        self,
+        grants: list[Grant],
+        waited: list[str],
+        fetch: Callable[[list[str]], Awaitable[dict[str, list[tuple[str, str, str, bytes, bool]]]]],
+    ) -> None:
+        try:
+            results = await fetch(waited)
+        except Exception as exc:  # the handler runs without them rather than not at all
+            self.log.warning("dependency results not read; leases sent without them", error=str(exc))
+            results = {}
+        # A message each for leases with results (up to dependencies.MAX_RESULTS_BYTES each), so
+        # that no message grows with the round.
+        plain = [g for g in grants if g.id not in results]
+        if plain:
+            self.send(_leases_message(plain))
+        for g in grants:
+            if g.id in results:
+                self.send(_leases_message([g], results))
 
     def withdraw(self, job_id: str) -> Grant | None:
         """Take back a lease whose message has not been sent (its job is not due yet), if it is one:
@@ -361,7 +399,9 @@ class WorkerSession:
         return [grant for grant in list(self.unsent.values()) if self.withdraw(grant.id)]
 
 
-def _leases_message(grants: list[Grant]) -> pb.DispatcherMessage:
+def _leases_message(
+    grants: list[Grant], results: dict[str, list[tuple[str, str, str, bytes, bool]]] | None = None
+) -> pb.DispatcherMessage:
     # Each lease is added in place and its ref filled in place: building a Lease and a LeaseRef and
     # copying them in would cost more than the rest of the message.
     message = pb.DispatcherMessage()
@@ -381,7 +421,14 @@ def _leases_message(grants: list[Grant]) -> pb.DispatcherMessage:
             concurrency_key=g.concurrency_key,
         )
         if g.headers:
-            lease.headers.update(g.headers)
+            if DEPENDENCIES_HEADER in g.headers:
+                lease.headers.update(visible_headers(g.headers) or {})
+                for job_id, job_type, state, result, cut in (results or {}).get(g.id, ()):
+                    lease.dependency_results.add(
+                        job_id=job_id, type=job_type, state=state, result=result, truncated=cut
+                    )
+            else:
+                lease.headers.update(g.headers)
         ref = lease.ref
         ref.job_id, ref.token, ref.shard = g.id, g.token, g.shard
     return message

@@ -29,6 +29,17 @@ MAX_HEADERS = 16
 MAX_HEADER_VALUE_LENGTH = 1024
 MAX_HEADERS_BYTES = 4096
 HEADER_KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: Issue 21: the header that marks a job with dependencies, so that its leases carry their results.
+#: No client can give it (a header name starts with a letter or digit); the dispatcher sets it, it
+#: travels with the job's record (pushes, hand-offs, restores) and is never shown or delivered.
+DEPENDENCIES_HEADER = ":deps"
+
+
+def visible_headers(headers: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The headers a client or a handler sees: the dispatcher's own left out."""
+    if not headers:
+        return None
+    return {k: v for k, v in headers.items() if not k.startswith(":")} or None
 
 
 @dataclass(slots=True)  # not frozen: made per job (a frozen one sets each field through object.__setattr__)
@@ -42,6 +53,21 @@ class ValidJob:
     idempotency_key: str
     concurrency_key: str = ""
     headers: str | None = None  # the headers as the row stores them (JSON), None without any
+    #: Issue 21: (a ref of the same request or a job id, "fail" | "ignore") per dependency.
+    depends_on: tuple[tuple[str, str], ...] = ()
+    ref: str = ""  # its name within its request, for the others' depends_on
+    #: (a waiting job's id, policy): jobs that get this one as one more dependency.
+    blocks: tuple[tuple[str, str], ...] = ()
+
+
+MAX_DEPENDENCIES = 1000
+MAX_REF_LENGTH = 200
+_POLICIES = {
+    pb.DEPENDENCY_POLICY_UNSPECIFIED: "fail",
+    pb.DEPENDENCY_POLICY_FAIL: "fail",
+    pb.DEPENDENCY_POLICY_IGNORE: "ignore",
+}
+POLICY_TO_PB = {"fail": pb.DEPENDENCY_POLICY_FAIL, "ignore": pb.DEPENDENCY_POLICY_IGNORE}
 
 
 def job_type(value: str, field: str) -> str:
@@ -109,11 +135,104 @@ def job_spec(spec: pb.JobSpec, field: str, settings: Settings, now: int) -> Vali
         flow.concurrency_key(spec.concurrency_key, f"{field}.concurrency_key") if spec.concurrency_key else ""
     )
     headers = job_headers(spec.headers, f"{field}.headers") if spec.headers else None
-    return ValidJob(jt, spec.payload, prio, run_at, max_attempts, ttl, spec.idempotency_key, key, headers)
+    job = ValidJob(jt, spec.payload, prio, run_at, max_attempts, ttl, spec.idempotency_key, key, headers)
+    if spec.ref:
+        if len(spec.ref) > MAX_REF_LENGTH or not spec.ref.isprintable():
+            raise InvalidArgument(f"{field}.ref: 1..{MAX_REF_LENGTH} printable characters")
+        job.ref = spec.ref
+    if spec.depends_on:
+        at_most(len(spec.depends_on), MAX_DEPENDENCIES, f"{field}.depends_on", "dependencies")
+        deps = []
+        for k, dep in enumerate(spec.depends_on):
+            name = f"{field}.depends_on[{k}]"
+            if not dep.job or len(dep.job) > MAX_REF_LENGTH or not dep.job.isprintable():
+                raise InvalidArgument(
+                    f"{name}.job: a job id or a ref of the request (1..{MAX_REF_LENGTH} characters)"
+                )
+            if dep.on_failure not in _POLICIES:
+                raise InvalidArgument(f"{name}.on_failure: unknown policy {dep.on_failure}")
+            deps.append((dep.job, _POLICIES[dep.on_failure]))
+        if len({d for d, _ in deps}) != len(deps):
+            raise InvalidArgument(f"{field}.depends_on: a dependency is named twice")
+        job.depends_on = tuple(deps)
+    if spec.blocks:
+        at_most(len(spec.blocks), MAX_DEPENDENCIES, f"{field}.blocks", "jobs")
+        blocked = []
+        for k, dep in enumerate(spec.blocks):
+            job_id(dep.job, f"{field}.blocks[{k}].job")
+            if dep.on_failure not in _POLICIES:
+                raise InvalidArgument(f"{field}.blocks[{k}].on_failure: unknown policy {dep.on_failure}")
+            blocked.append((dep.job, _POLICIES[dep.on_failure]))
+        if len({b for b, _ in blocked}) != len(blocked):
+            raise InvalidArgument(f"{field}.blocks: a job is named twice")
+        job.blocks = tuple(blocked)
+    return job
 
 
-def job_headers(headers: Mapping[str, str], field: str) -> str:
-    """Checked headers as the DB row keeps them: a JSON object with sorted keys."""
+@dataclass(frozen=True, slots=True)
+class GraphEdge:
+    job: int  # the waiting job's index in the request
+    depends_on: int | None  # the index of the job it waits for in the request, or None:
+    job_id: str  # an existing job's id
+    on_failure: str
+
+
+def job_graph(jobs: list[ValidJob], field: str = "jobs") -> list[GraphEdge]:
+    """The dependencies of a request's jobs, refs resolved to indexes. Refused (naming the job):
+    a ref used twice, a dependency that is neither a ref of the request nor a job id, a cycle."""
+    index: dict[str, int] = {}
+    for i, job in enumerate(jobs):
+        if job.ref:
+            if job.ref in index:
+                raise InvalidArgument(
+                    f"{field}[{i}].ref: {job.ref!r} is already the ref of {field}[{index[job.ref]}]"
+                )
+            index[job.ref] = i
+    edges: list[GraphEdge] = []
+    for i, job in enumerate(jobs):
+        for k, (name, policy) in enumerate(job.depends_on):
+            target = index.get(name)
+            if target is None:
+                if len(name) > MAX_ID_LENGTH or not name.isascii():
+                    raise InvalidArgument(
+                        f"{field}[{i}].depends_on[{k}].job: {name[:60]!r} is neither a ref of the request "
+                        "nor a job id"
+                    )
+            elif target == i:
+                raise InvalidArgument(f"{field}[{i}].depends_on[{k}]: the job depends on itself (a cycle)")
+            edges.append(GraphEdge(i, target, "" if target is not None else name, policy))
+    _refuse_cycles(len(jobs), edges, jobs, field)
+    return edges
+
+
+def _refuse_cycles(n: int, edges: list[GraphEdge], jobs: list[ValidJob], field: str) -> None:
+    """Kahn's algorithm over the request's own edges: the jobs left over are on (or behind) a cycle."""
+    waits = [0] * n
+    dependents: list[list[int]] = [[] for _ in range(n)]
+    for e in edges:
+        if e.depends_on is not None:
+            waits[e.job] += 1
+            dependents[e.depends_on].append(e.job)
+    free = [i for i in range(n) if not waits[i]]
+    done = 0
+    while free:
+        i = free.pop()
+        done += 1
+        for j in dependents[i]:
+            waits[j] -= 1
+            if not waits[j]:
+                free.append(j)
+    if done < n:
+        first = min(i for i in range(n) if waits[i])
+        name = f" ({jobs[first].ref!r})" if jobs[first].ref else ""
+        raise InvalidArgument(f"{field}[{first}]{name}.depends_on: the dependencies form a cycle")
+
+
+def job_headers(headers: Mapping[str, str], field: str, *, internal: bool = False) -> str:
+    """Checked headers as the DB row keeps them: a JSON object with sorted keys. ``internal``: a
+    record from another dispatcher, which may carry DEPENDENCIES_HEADER."""
+    if internal and DEPENDENCIES_HEADER in headers:
+        headers = {k: v for k, v in headers.items() if k != DEPENDENCIES_HEADER}
     if len(headers) > MAX_HEADERS:
         raise InvalidArgument(f"{field}: {len(headers)} headers is over the limit of {MAX_HEADERS}")
     size = 0

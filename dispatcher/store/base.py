@@ -12,6 +12,8 @@ from typing import Any
 from shardq_common.clock import wall_ms
 from shardq_common.errors import ConfigError, StoreUnavailable
 
+from . import dependencies
+from .dependencies import Edge, Resolution
 from .leftovers import LeftoverQueries
 from .queue_settings import QueueSettingsQueries
 from .retention import RetentionQueries, delete_attempts
@@ -55,6 +57,8 @@ class JobRow:
     headers: str | None = None  # JSON object of the job's headers (migration 0009); None: none
     progress: str | None = None  # JSON of its latest progress report (migration 0012); None: none
     worker: str | None = None  # the worker of its latest lease (migration 0012)
+    #: Its dependencies not finished yet (migration 0016; not in COLUMNS: only inserts set it here).
+    deps_remaining: int = 0
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobRow:
@@ -227,6 +231,8 @@ class Tx(abc.ABC):
     """One open transaction."""
 
     supports_for_update = False  # SELECT ... FOR UPDATE (SQLite serializes writers anyway)
+    #: ``= ANY(?)`` takes a list as one array parameter (PostgreSQL): one parameter for many ids
+    supports_array_params = False
     #: (idem_key, id) of the jobs of a type (the first parameter) holding these keys (the others)
     idem_owners_sql = "SELECT idem_key, id FROM jobs WHERE type = ? AND idem_key IN ({marks})"
 
@@ -284,10 +290,52 @@ _INSERT = (
 )
 
 
+async def _insert_rows(tx: Tx, rows: Sequence[JobRow]) -> list[tuple[str, bool]]:
+    """Insert NEW_JOB_COLUMNS rows (and their deps_remaining). Returns (id, created) in order: a job
+    whose idempotency key exists in its type gets the existing job's id and created=False."""
+    await tx.insert_new_jobs([r.new_job_values() for r in rows])
+    owner_of = await _owners_of_keys(tx, {(r.type, r.idem_key) for r in rows if r.idem_key})
+    # The job that held a key when the insert skipped ours can be deleted (a purge of dead
+    # jobs) before the lookup: the key is free again, so ours goes in now. Resolved before
+    # the commit, so that nothing fails once the jobs are committed.
+    tries = 0
+    while vanished := [r for r in rows if r.idem_key and (r.type, r.idem_key) not in owner_of]:
+        tries += 1
+        if tries > _KEY_RETRIES:  # rolled back: nothing is committed behind this error
+            raise StoreUnavailable("idempotency keys changed hands during the enqueue; try again")
+        await tx.insert_new_jobs([r.new_job_values() for r in vanished])
+        owner_of.update(await _owners_of_keys(tx, {(r.type, r.idem_key) for r in vanished}))
+    out = []
+    for r in rows:
+        if r.idem_key:
+            existing = owner_of[(r.type, r.idem_key)]
+            out.append((existing, existing == r.id))
+        else:
+            out.append((r.id, True))
+    waiting = [(r.deps_remaining, r.id) for r in rows if r.deps_remaining]
+    if waiting:
+        await tx.executemany("UPDATE jobs SET deps_remaining = ? WHERE id = ?", waiting)
+    return out
+
+
+async def rows_of(tx: Tx, ids: Sequence[str]) -> list[JobRow]:
+    out = []
+    for i in range(0, len(ids), 500):
+        chunk = list(ids[i : i + 500])
+        rows = await tx.execute(
+            f"SELECT {COLUMNS} FROM jobs WHERE id IN ({', '.join('?' * len(chunk))})", chunk
+        )
+        out += [JobRow.from_row(r) for r in rows]
+    return out
+
+
 class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQueries, SearchQueries, abc.ABC):
     """Job rows and shard epochs. Every method is one transaction."""
 
     url_for_logs: str = ""
+    #: Told, after the commit, of the jobs a transaction moved out of 'waiting' (issue 21): their
+    #: rows, to push to Redis; and of the waiting jobs it cancelled (ids). Set by the composition root.
+    on_resolved: Callable[[list[JobRow], list[str]], None] | None = None
     #: migrations named ``NNNN_name.<backend>.sql`` run only on this backend; plain ``.sql`` on every one
     backend: str = ""
 
@@ -377,26 +425,56 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
         """Insert new jobs in one transaction. Returns (id, created) in order: a job whose
         idempotency key exists in its type gets the existing job's id and created=False."""
         async with self.transaction() as tx:
-            await tx.insert_new_jobs([r.new_job_values() for r in rows])
-            owner_of = await _owners_of_keys(tx, {(r.type, r.idem_key) for r in rows if r.idem_key})
-            # The job that held a key when the insert skipped ours can be deleted (a purge of dead
-            # jobs) before the lookup: the key is free again, so ours goes in now. Resolved before
-            # the commit, so that nothing fails once the jobs are committed.
-            tries = 0
-            while vanished := [r for r in rows if r.idem_key and (r.type, r.idem_key) not in owner_of]:
-                tries += 1
-                if tries > _KEY_RETRIES:  # rolled back: nothing is committed behind this error
-                    raise StoreUnavailable("idempotency keys changed hands during the enqueue; try again")
-                await tx.insert_new_jobs([r.new_job_values() for r in vanished])
-                owner_of.update(await _owners_of_keys(tx, {(r.type, r.idem_key) for r in vanished}))
-        out = []
-        for r in rows:
-            if r.idem_key:
-                existing = owner_of[(r.type, r.idem_key)]
-                out.append((existing, existing == r.id))
-            else:
-                out.append((r.id, True))
-        return out
+            return await _insert_rows(tx, rows)
+
+    async def insert_graph(
+        self,
+        rows: Sequence[JobRow],
+        edges: Sequence[Edge],
+        may_use: Callable[[str], bool],
+        name_of: Callable[[str], str],
+        blocks: Sequence[Edge] = (),
+    ) -> tuple[list[tuple[str, bool]], list[JobRow]]:
+        """Insert jobs and their dependencies in one transaction (issue 21): all or nothing. An edge
+        names the new row's id or an existing job's (``may_use`` decides which types the caller may
+        depend on; an error names the job by ``name_of(id)``). Rows of jobs with edges must be
+        'waiting' with deps_remaining set. Returns (id, created) per row, and the rows to push now:
+        the created ones not waiting (those whose dependencies had all finished already go to
+        ``on_resolved``).
+        ``blocks``: edges from existing waiting jobs to new rows (dependencies.extend_waiting)."""
+        new_ids = {r.id for r in rows}
+        async with self.transaction() as tx:
+            await dependencies.check_dependencies(
+                tx, sorted({e.depends_on_id for e in edges} - new_ids), may_use, name_of
+            )
+            results = await _insert_rows(tx, rows)
+            actual = {r.id: job_id for r, (job_id, _) in zip(rows, results, strict=True)}
+            created = {job_id for job_id, new in results if new}
+            # A job whose idempotency key existed is not created: its edges are not either, and the
+            # jobs of the batch that named it wait for the existing job instead.
+            kept = [
+                Edge(e.job_id, actual.get(e.depends_on_id, e.depends_on_id), e.on_failure)
+                for e in edges
+                if e.job_id in created
+            ]
+            await dependencies.insert_edges(tx, kept)
+            # Waiting jobs that get a new job as one more dependency (``blocks``: a batch grown
+            # from inside), unless its idempotency key existed.
+            await dependencies.extend_waiting(
+                tx, [e for e in blocks if e.depends_on_id in created], may_use, name_of
+            )
+            # Dependencies finished before this commit resolve now, as if they had just finished.
+            resolution = await dependencies.resolve(tx, {e.depends_on_id for e in kept})
+            promoted = await rows_of(tx, resolution.promoted)
+        self._resolved(promoted, resolution.cancelled)
+        waiting = {e.job_id for e in kept}
+        # The waiting ones released at once (their dependencies had finished) go to on_resolved,
+        # like every release: returned here too, they would be pushed twice.
+        return results, [r for r in rows if r.id in created and r.id not in waiting]
+
+    def _resolved(self, promoted: list[JobRow], cancelled: list[str]) -> None:
+        if (promoted or cancelled) and self.on_resolved is not None:
+            self.on_resolved(promoted, cancelled)
 
     async def apply_updates(
         self,
@@ -420,6 +498,7 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
                     "AND status NOT IN ('succeeded', 'cancelled', 'dead')",
                     [(json_text, job_id) for job_id, json_text in progress],
                 )
+            updates = list(updates)
             await tx.executemany(
                 _UPDATE,
                 [
@@ -443,11 +522,51 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
                     for u in updates
                 ],
             )
+            # Issue 21: the jobs this batch finished release the jobs waiting for them, here, in the
+            # transaction that records their ends (store/dependencies.py).
+            resolution = await dependencies.resolve(
+                tx, [u.id for u in updates if u.status in dependencies.TERMINAL], now
+            )
+            promoted = await rows_of(tx, resolution.promoted)
+        self._resolved(promoted, resolution.cancelled)
 
     async def get_job(self, job_id: str) -> JobRow | None:
         async with self.transaction() as tx:
             rows = await tx.execute(f"SELECT {COLUMNS} FROM jobs WHERE id = ?", (job_id,))
         return JobRow.from_row(rows[0]) if rows else None
+
+    async def count_waiting(self) -> int:
+        """Jobs waiting for their dependencies (the partial index jobs_waiting of migration 0016)."""
+        async with self.transaction() as tx:
+            rows = await tx.execute("SELECT COUNT(*) FROM jobs WHERE status = 'waiting'")
+        return int(rows[0][0])
+
+    async def job_graph(
+        self, job_id: str
+    ) -> tuple[list[dependencies.EdgeRow], list[dependencies.EdgeRow], int]:
+        """A job's dependencies and dependents with their states, and its open dependencies' count."""
+        async with self.transaction() as tx:
+            return await dependencies.graph_of(tx, job_id)
+
+    async def dependency_results(
+        self, job_ids: Sequence[str], max_bytes: int = dependencies.MAX_RESULTS_BYTES
+    ) -> dict[str, list[tuple[str, str, str, bytes, bool]]]:
+        """Per job: (id, type, state, result, truncated) of its finished dependencies, read in one
+        transaction (a lease message's jobs)."""
+        async with self.transaction() as tx:
+            return await dependencies.results_of(tx, job_ids, max_bytes)
+
+    async def resolve_stale(self, shard: int) -> int:
+        """The reconciler's safety net (issue 21): resolve the open edges of the shard's waiting jobs
+        on jobs that finished or are gone. Returns how many dependencies it resolved."""
+        async with self.transaction() as tx:
+            stale = await dependencies.stale_waiting(tx, shard)
+            if not stale:
+                return 0
+            resolution = await dependencies.resolve(tx, stale)
+            promoted = await rows_of(tx, resolution.promoted)
+        self._resolved(promoted, resolution.cancelled)
+        return len(stale)
 
     async def get_attempts(self, job_id: str, limit: int = MAX_ATTEMPTS_LISTED) -> list[AttemptRow]:
         """The job's latest ``limit`` runs, oldest first."""
@@ -550,11 +669,16 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
         async with self.transaction() as tx:
             rows = await tx.execute(
                 "UPDATE jobs SET status = 'cancelled', finished_at = ?, updated_at = ? WHERE id = ? "
-                "AND status IN ('delayed', 'ready', 'leased') RETURNING status",
+                "AND status IN ('delayed', 'ready', 'leased', 'waiting') RETURNING status",
                 (wall_ms(), wall_ms(), job_id),
             )
-            if not rows:
+            resolution = Resolution()
+            if rows:  # what waits for it under 'fail' is cancelled too; under 'ignore', released
+                resolution = await dependencies.resolve(tx, [job_id])
+            else:
                 rows = await tx.execute("SELECT status FROM jobs WHERE id = ?", (job_id,))
+            promoted = await rows_of(tx, resolution.promoted)
+        self._resolved(promoted, resolution.cancelled)
         return str(rows[0][0]) if rows else None
 
     # -- jobs enqueued by SQL (migration 0008, PostgreSQL only) ------------------------------

@@ -258,14 +258,15 @@ class PartitionQueries:
             return await _retire(conn, partition, cutoffs, list(held), max_share, before_swap)
 
     async def sweep_orphans(self, lo: str | None, hi: str | None, batch: int = 1000) -> int:
-        """Delete the idempotency keys (and attempt rows, when the table exists) of ids in
-        [lo, hi) whose job row is gone: what a retired partition's rows leave behind. In batches.
+        """Delete the idempotency keys (and attempt rows and dependency edges as the waiting job, when
+        those tables exist) of ids in [lo, hi) whose job row is gone: what a retired partition's rows
+        leave behind. In batches.
         An orphan key left by a crash is harmless meanwhile: the next job with that key takes it."""
         total = 0
         async with self.pool.connection() as conn:
             await conn.set_autocommit(True)
             try:
-                for table in ("job_idem_keys", "job_attempts"):
+                for table in ("job_idem_keys", "job_attempts", "job_dependencies"):
                     if await _scalar(conn, "SELECT to_regclass(%s) IS NOT NULL", (table,)):
                         total += await _sweep(conn, table, lo, hi, batch)
             finally:

@@ -13,7 +13,8 @@ from shardq_common.clock import wall_ms
 from shardq_common.errors import StoreUnavailable
 from shardq_common.redaction import redact
 
-from .base import NEW_JOB_COLUMNS, AttemptUpdate, JobRow, Store, StoreUpdate, Tx
+from . import dependencies
+from .base import NEW_JOB_COLUMNS, AttemptUpdate, JobRow, Store, StoreUpdate, Tx, rows_of
 from .partitions import PartitionQueries
 from .search import COUNT_TIMEOUT_MS, FLOOR_TIMEOUT_MS, SEARCH_TIMEOUT_MS, JobQuery, SearchTooSlow
 
@@ -89,6 +90,7 @@ def _pg(sql: str) -> str:
 
 class _PgTx(Tx):
     supports_for_update = True
+    supports_array_params = True
     # Keys are unique across the partitions of jobs in a table of their own (migration 0014).
     idem_owners_sql = "SELECT idem_key, job_id FROM job_idem_keys WHERE type = ? AND idem_key IN ({marks})"
 
@@ -253,6 +255,8 @@ class PostgresStore(PartitionQueries, Store):
             [u.rate_limited for u in rows],
             [u.worker for u in rows],
         ]
+        promoted: list[JobRow] = []
+        cancelled: list[str] = []
         async with self.transaction(durable=False) as tx:
             if attempts:
                 by_column = [list(c) for c in zip(*(a.values() for a in attempts), strict=True)]
@@ -260,7 +264,14 @@ class PostgresStore(PartitionQueries, Store):
             if progress:
                 await tx.execute(_PROGRESS_MANY, [[p[0] for p in progress], [p[1] for p in progress]])
             if rows:
-                await tx.execute(_UPDATE_MANY, [wall_ms(), *columns])
+                now = wall_ms()
+                await tx.execute(_UPDATE_MANY, [now, *columns])
+                # Issue 21: as base.Store.apply_updates, in the transaction that records the ends.
+                resolution = await dependencies.resolve(
+                    tx, [u.id for u in rows if u.status in dependencies.TERMINAL], now
+                )
+                promoted, cancelled = await rows_of(tx, resolution.promoted), resolution.cancelled
+        self._resolved(promoted, cancelled)  # after the commit
 
     supports_sql_enqueue = True
 

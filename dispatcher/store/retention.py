@@ -121,7 +121,12 @@ class RetentionQueries:
 
 
 async def delete_attempts(tx: Tx, ids: Sequence[str]) -> None:
-    """Delete the attempt history of these jobs (job_attempts has no foreign key to cascade)."""
+    """Delete the attempt history and dependency edges of these jobs (no foreign key to cascade)."""
     for i in range(0, len(ids), 500):
         chunk = list(ids[i : i + 500])
         await tx.execute(f"DELETE FROM job_attempts WHERE job_id IN ({', '.join('?' * len(chunk))})", chunk)
+        # Their edges as waiting jobs (migration 0016); those as dependencies keep the results the
+        # jobs that waited read, and go with those jobs.
+        await tx.execute(
+            f"DELETE FROM job_dependencies WHERE job_id IN ({', '.join('?' * len(chunk))})", chunk
+        )

@@ -23,6 +23,13 @@ class JobStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATUS_SUCCEEDED: _ClassVar[JobStatus]
     JOB_STATUS_DEAD: _ClassVar[JobStatus]
     JOB_STATUS_CANCELLED: _ClassVar[JobStatus]
+    JOB_STATUS_WAITING: _ClassVar[JobStatus]
+
+class DependencyPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DEPENDENCY_POLICY_UNSPECIFIED: _ClassVar[DependencyPolicy]
+    DEPENDENCY_POLICY_FAIL: _ClassVar[DependencyPolicy]
+    DEPENDENCY_POLICY_IGNORE: _ClassVar[DependencyPolicy]
 
 class DeadReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -66,6 +73,10 @@ JOB_STATUS_LEASED: JobStatus
 JOB_STATUS_SUCCEEDED: JobStatus
 JOB_STATUS_DEAD: JobStatus
 JOB_STATUS_CANCELLED: JobStatus
+JOB_STATUS_WAITING: JobStatus
+DEPENDENCY_POLICY_UNSPECIFIED: DependencyPolicy
+DEPENDENCY_POLICY_FAIL: DependencyPolicy
+DEPENDENCY_POLICY_IGNORE: DependencyPolicy
 DEAD_REASON_UNSPECIFIED: DeadReason
 DEAD_REASON_HANDLER_ERROR: DeadReason
 DEAD_REASON_NOT_RETRYABLE: DeadReason
@@ -87,6 +98,42 @@ CATCH_UP_ALL: CatchUp
 CATCH_UP_LATEST: CatchUp
 CATCH_UP_NONE: CatchUp
 
+class Dependency(_message.Message):
+    __slots__ = ("job", "on_failure")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    on_failure: DependencyPolicy
+    def __init__(self, job: _Optional[str] = ..., on_failure: _Optional[_Union[DependencyPolicy, str]] = ...) -> None: ...
+
+class DependencyEdge(_message.Message):
+    __slots__ = ("job_id", "type", "status", "on_failure", "resolved_state")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_STATE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    type: str
+    status: JobStatus
+    on_failure: DependencyPolicy
+    resolved_state: str
+    def __init__(self, job_id: _Optional[str] = ..., type: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., on_failure: _Optional[_Union[DependencyPolicy, str]] = ..., resolved_state: _Optional[str] = ...) -> None: ...
+
+class DependencyResult(_message.Message):
+    __slots__ = ("job_id", "type", "state", "result", "truncated")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    type: str
+    state: str
+    result: bytes
+    truncated: bool
+    def __init__(self, job_id: _Optional[str] = ..., type: _Optional[str] = ..., state: _Optional[str] = ..., result: _Optional[bytes] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
 class Attempt(_message.Message):
     __slots__ = ("attempt", "worker_id", "started_at_ms", "finished_at_ms", "outcome", "error", "traceback")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -106,7 +153,7 @@ class Attempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("type", "payload", "priority", "run_at_ms", "delay_ms", "max_attempts", "lease_ttl_ms", "idempotency_key", "concurrency_key", "headers")
+    __slots__ = ("type", "payload", "priority", "run_at_ms", "delay_ms", "max_attempts", "lease_ttl_ms", "idempotency_key", "concurrency_key", "headers", "depends_on", "ref", "blocks")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +171,9 @@ class JobSpec(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    REF_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
     type: str
     payload: bytes
     priority: Priority
@@ -134,7 +184,10 @@ class JobSpec(_message.Message):
     idempotency_key: str
     concurrency_key: str
     headers: _containers.ScalarMap[str, str]
-    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., run_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    depends_on: _containers.RepeatedCompositeFieldContainer[Dependency]
+    ref: str
+    blocks: _containers.RepeatedCompositeFieldContainer[Dependency]
+    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., run_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ..., depends_on: _Optional[_Iterable[_Union[Dependency, _Mapping]]] = ..., ref: _Optional[str] = ..., blocks: _Optional[_Iterable[_Union[Dependency, _Mapping]]] = ...) -> None: ...
 
 class EnqueueRequest(_message.Message):
     __slots__ = ("job",)
@@ -171,7 +224,7 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard", "schedule", "concurrency_key", "rate_limited", "headers", "truncated", "attempt_history", "progress", "worker_id")
+    __slots__ = ("id", "type", "priority", "status", "payload", "run_at_ms", "lease_until_ms", "attempts", "failures", "expirations", "max_attempts", "last_error", "dead_reason", "idempotency_key", "enqueued_at_ms", "started_at_ms", "finished_at_ms", "result", "shard", "schedule", "concurrency_key", "rate_limited", "headers", "truncated", "attempt_history", "progress", "worker_id", "dependencies", "dependents", "dependencies_remaining")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -206,6 +259,9 @@ class Job(_message.Message):
     ATTEMPT_HISTORY_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENTS_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCIES_REMAINING_FIELD_NUMBER: _ClassVar[int]
     id: str
     type: str
     priority: Priority
@@ -233,7 +289,10 @@ class Job(_message.Message):
     attempt_history: _containers.RepeatedCompositeFieldContainer[Attempt]
     progress: str
     worker_id: str
-    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ..., schedule: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., rate_limited: _Optional[int] = ..., headers: _Optional[_Mapping[str, str]] = ..., truncated: _Optional[bool] = ..., attempt_history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., progress: _Optional[str] = ..., worker_id: _Optional[str] = ...) -> None: ...
+    dependencies: _containers.RepeatedCompositeFieldContainer[DependencyEdge]
+    dependents: _containers.RepeatedCompositeFieldContainer[DependencyEdge]
+    dependencies_remaining: int
+    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., payload: _Optional[bytes] = ..., run_at_ms: _Optional[int] = ..., lease_until_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., failures: _Optional[int] = ..., expirations: _Optional[int] = ..., max_attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_reason: _Optional[_Union[DeadReason, str]] = ..., idempotency_key: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., result: _Optional[bytes] = ..., shard: _Optional[int] = ..., schedule: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., rate_limited: _Optional[int] = ..., headers: _Optional[_Mapping[str, str]] = ..., truncated: _Optional[bool] = ..., attempt_history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., progress: _Optional[str] = ..., worker_id: _Optional[str] = ..., dependencies: _Optional[_Iterable[_Union[DependencyEdge, _Mapping]]] = ..., dependents: _Optional[_Iterable[_Union[DependencyEdge, _Mapping]]] = ..., dependencies_remaining: _Optional[int] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -648,7 +707,7 @@ class WorkerMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., acks: _Optional[_Union[Acks, _Mapping]] = ..., nacks: _Optional[_Union[Nacks, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., progress: _Optional[_Union[ProgressReports, _Mapping]] = ..., then_credit: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("ref", "type", "payload", "priority", "attempt", "max_attempts", "deadline_ms", "lease_ttl_ms", "idempotency_key", "run_at_ms", "enqueued_at_ms", "concurrency_key", "headers")
+    __slots__ = ("ref", "type", "payload", "priority", "attempt", "max_attempts", "deadline_ms", "lease_ttl_ms", "idempotency_key", "run_at_ms", "enqueued_at_ms", "concurrency_key", "headers", "dependency_results")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -669,6 +728,7 @@ class Lease(_message.Message):
     ENQUEUED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_RESULTS_FIELD_NUMBER: _ClassVar[int]
     ref: LeaseRef
     type: str
     payload: bytes
@@ -682,7 +742,8 @@ class Lease(_message.Message):
     enqueued_at_ms: int
     concurrency_key: str
     headers: _containers.ScalarMap[str, str]
-    def __init__(self, ref: _Optional[_Union[LeaseRef, _Mapping]] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., run_at_ms: _Optional[int] = ..., enqueued_at_ms: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    dependency_results: _containers.RepeatedCompositeFieldContainer[DependencyResult]
+    def __init__(self, ref: _Optional[_Union[LeaseRef, _Mapping]] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., run_at_ms: _Optional[int] = ..., enqueued_at_ms: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ..., dependency_results: _Optional[_Iterable[_Union[DependencyResult, _Mapping]]] = ...) -> None: ...
 
 class Leases(_message.Message):
     __slots__ = ("leases",)

@@ -373,3 +373,18 @@ def test_without_auth_a_non_loopback_dashboard_refuses_to_serve(stack):
         assert web.get("/api/queues").status_code == 403
     with dashboard_client(dispatcher.target, listen="0.0.0.0:7080", allow_open=True) as web:
         assert web.get("/").status_code == 200
+
+
+def test_the_job_page_shows_its_workflow(stack):
+    dispatcher, client, _ = stack
+    # Types no worker serves: the graph stays as enqueued.
+    first, waiting = client.enqueue_many(
+        [{"type": "unserved.first", "ref": "a"}, {"type": "unserved.then", "depends_on": [("a", "ignore")]}]
+    )
+    with dashboard_client(dispatcher.target) as web:
+        page = web.get(f"/jobs/{waiting}").text
+        assert "<h2>Workflow</h2>" in page and "waiting for 1 of 1 dependencies" in page
+        assert f'<a href="/jobs/{first}">{first}</a>' in page and "<td>ignore</td>" in page
+        assert 'hx-trigger="every 2s"' in page  # a waiting job's part refreshes itself
+        dependency = web.get(f"/jobs/{first}").text
+        assert "Waited for by" in dependency and waiting in dependency

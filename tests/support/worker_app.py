@@ -26,7 +26,7 @@ import os
 import threading
 import time
 
-from worker_sdk import JobContext, RateLimited, SkipRetry, serve
+from worker_sdk import AsyncClient, JobContext, RateLimited, SkipRetry, serve
 
 
 class Ledger:
@@ -73,6 +73,17 @@ def handlers_for(types: list[str], ledger: Ledger) -> dict[str, object]:
         elif kind.startswith("fail"):
             ledger.write("fail", ctx)
             _fail_deep(int(payload.get("deep", 0)), f"{ctx.type} always fails (attempt {ctx.attempt})")
+        elif kind.startswith("collect"):  # issue 21: what the jobs it waited for left it
+            if any(k.startswith(":") for k in ctx.headers):
+                raise RuntimeError(f"the dispatcher's own headers reached the handler: {dict(ctx.headers)}")
+            seen = {d.job_id: [d.type, d.state, d.result.hex()] for d in ctx.dependency_results().values()}
+            ledger.write("end", ctx)
+            return json.dumps(seen).encode()
+        elif kind.startswith("grow"):  # issue 21: a job of a batch adds jobs to it, then finishes
+            async with AsyncClient(payload["target"]) as client:
+                added = await client.add_to_batch(payload["batch"], [dict(j) for j in payload["add"]])
+            ledger.write("end", ctx, added=added)
+            return json.dumps(added).encode()
         elif kind.startswith("progress"):
             steps = int(payload.get("steps", 10))
             for i in range(steps):
