@@ -51,14 +51,22 @@ MAX_PUSH = 20_000
 MAX_UNQUEUED = 20_000
 
 
-class GroupCommit:
-    """Insert rows from concurrent callers in shared transactions."""
+Committed = tuple[list[tuple[str, bool]], Any]  # (id, created) per row, and what ``committed`` made of them
 
-    def __init__(self, store: Store) -> None:
+
+class GroupCommit:
+    """Insert rows from concurrent callers in shared transactions. ``committed`` sees each group's
+    rows and results before any of its callers resumes (what it returns goes to each caller), so
+    work that should start at the commit is not queued behind the callers' answers."""
+
+    def __init__(
+        self,
+        store: Store,
+        committed: Callable[[list[tuple[Sequence[JobRow], list[tuple[str, bool]]]]], list[Any]] | None = None,
+    ) -> None:
         self.store = store
-        self._queue: asyncio.Queue[tuple[Sequence[JobRow], asyncio.Future[list[tuple[str, bool]]]]] = (
-            asyncio.Queue()
-        )
+        self.committed = committed or (lambda parts: [None] * len(parts))
+        self._queue: asyncio.Queue[tuple[Sequence[JobRow], asyncio.Future[Committed]]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -69,8 +77,8 @@ class GroupCommit:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
-    async def insert(self, rows: Sequence[JobRow]) -> list[tuple[str, bool]]:
-        future: asyncio.Future[list[tuple[str, bool]]] = asyncio.get_running_loop().create_future()
+    async def insert(self, rows: Sequence[JobRow]) -> Committed:
+        future: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
         await self._queue.put((rows, future))
         return await future
 
@@ -100,19 +108,27 @@ class GroupCommit:
                         log.exception("insert refused")
                         _fail([(part, future)], InvalidArgument("the database refused the job(s)"))
                     else:
-                        if not future.done():
-                            future.set_result(result)
+                        _release([(part, future)], [result], self.committed)
                 continue
-            start = 0
-            for part, future in batch:
-                if not future.done():
-                    future.set_result(results[start : start + len(part)])
+            parts, start = [], 0
+            for part, _ in batch:
+                parts.append(results[start : start + len(part)])
                 start += len(part)
+            _release(batch, parts, self.committed)
 
 
-def _fail(
-    batch: list[tuple[Sequence[JobRow], asyncio.Future[list[tuple[str, bool]]]]], exc: Exception
+def _release(
+    batch: list[tuple[Sequence[JobRow], asyncio.Future[Committed]]],
+    results: list[list[tuple[str, bool]]],
+    committed: Callable[[list[tuple[Sequence[JobRow], list[tuple[str, bool]]]]], list[Any]],
 ) -> None:
+    made = committed([(part, result) for (part, _), result in zip(batch, results, strict=True)])
+    for (_, future), result, extra in zip(batch, results, made, strict=True):
+        if not future.done():
+            future.set_result((result, extra))
+
+
+def _fail(batch: list[tuple[Sequence[JobRow], asyncio.Future[Committed]]], exc: Exception) -> None:
     for _, future in batch:
         if not future.done():
             future.set_exception(exc)
@@ -178,7 +194,7 @@ class Ingestor:
         self.hand_off = hand_off  # (shard, jobs): the shard is another process's: give them to its owner
         # A hand-off must fit the owner's request limit (the same SHARDQ_MAX_REQUEST_BYTES).
         self.hand_off_bytes = max_request_bytes - REQUEST_OVERHEAD_BYTES
-        self.commit = GroupCommit(store)
+        self.commit = GroupCommit(store, self._committed)
         self._coalesced = CoalescedPush(self.push)
         self.unqueued = 0  # committed jobs whose pushes have not finished
         self._queueing: set[asyncio.Task[None]] = set()
@@ -220,7 +236,7 @@ class Ingestor:
             for job_id, j in zip(new_job_ids(len(jobs)), jobs, strict=True)
         ]
         start_ns = now_ns() if spans.enabled else 0
-        results = await self.commit.insert(rows)
+        results, (hand_on, held) = await self.commit.insert(rows)
         if spans.enabled:
             spans.record(
                 "shardq commit",
@@ -228,42 +244,85 @@ class Ingestor:
                 (json.loads(row.headers) if row.headers else None for row in rows),
                 {"messaging.batch.message_count": len(rows)},
             )
-        created = [row for row, (_, new) in zip(rows, results, strict=True) if new]
-        metrics.count(metrics.ENQUEUED, ((metrics.type_label(row.type),) for row in created))
-        by_shard: dict[int, list[NewJob]] = defaultdict(list)
-        records: dict[tuple[Any, ...], JobRecord] = {}  # jobs alike share one (immutable) record
-        for row in created:
-            kind = (
-                row.type, row.priority, row.run_at, row.max_attempts, row.lease_ttl_ms, row.idem_key,
-                row.concurrency_key, row.headers,
-            )  # fmt: skip
-            record = records.get(kind)
-            if record is None:
-                record = records[kind] = JobRecord(
-                    type=row.type,
-                    priority=Priority(row.priority),
-                    state=JobState.DELAYED,
-                    run_at_ms=row.run_at,
-                    enqueued_at_ms=now,
-                    max_attempts=row.max_attempts,
-                    lease_ttl_ms=row.lease_ttl_ms,
-                    idempotency_key=row.idem_key or "",
-                    concurrency_key=row.concurrency_key or "",
-                    headers=json.loads(row.headers) if row.headers else None,
-                )
-            by_shard[row.shard].append(NewJob(row.id, record, row.payload))
-        handed_on = []
-        for shard, new in by_shard.items():
-            if shard in self.ownership.epochs:
-                self._queue_behind(shard, new)
-            else:
-                handed_on.append(self._hand_on(shard, new))
+        metrics.count(
+            metrics.ENQUEUED,
+            ((metrics.type_label(row.type),) for row, (_, new) in zip(rows, results, strict=True) if new),
+        )
+        handed_on = [self._hand_on(shard, new) for shard, new in hand_on.items()]
         # Another process's jobs are handed on before the answer: were this process to die after
         # answering, their owner would not queue them until its next full reconcile (minutes). The
         # owner answers once it has them (take), so only their trip to it is waited for.
         await asyncio.gather(*handed_on)
-        await self._backlog_room()
+        if held:
+            await self._backlog_room()
         return results
+
+    def _committed(
+        self, parts: list[tuple[Sequence[JobRow], list[tuple[str, bool]]]]
+    ) -> list[tuple[dict[int, list[NewJob]], bool]]:
+        """A group commit's new jobs as the group's callers resume: this process's shards' jobs
+        queued at once (one push per shard for the whole group, its Redis call on the way before
+        the first answer is built), another's per caller, to hand on before its answer."""
+        try:
+            return self._sort_committed(parts)
+        except Exception:
+            # A bug, not an outage: the jobs are committed, so the reconciler queues them, and the
+            # callers are still answered (the group commit's task must live on).
+            log.exception("sorting committed jobs failed; the reconciler will")
+            unqueued: dict[int, list[str]] = defaultdict(list)
+            for rows, results in parts:
+                for row, (_, new) in zip(rows, results, strict=True):
+                    if new:
+                        unqueued[row.shard].append(row.id)
+            for shard, ids in unqueued.items():
+                self.on_push_failed(shard, ids)
+            return [({}, False) for _ in parts]
+
+    def _sort_committed(
+        self, parts: list[tuple[Sequence[JobRow], list[tuple[str, bool]]]]
+    ) -> list[tuple[dict[int, list[NewJob]], bool]]:
+        owned: dict[int, list[NewJob]] = defaultdict(list)
+        per_caller: list[tuple[dict[int, list[NewJob]], int]] = []
+        records: dict[tuple[Any, ...], JobRecord] = {}  # jobs alike share one (immutable) record
+        for rows, results in parts:
+            others: dict[int, list[NewJob]] = defaultdict(list)
+            mine = 0  # of this caller's jobs, those queued here
+            for row, (_, new) in zip(rows, results, strict=True):
+                if not new:
+                    continue
+                kind = (
+                    row.type, row.priority, row.run_at, row.max_attempts, row.lease_ttl_ms, row.idem_key,
+                    row.concurrency_key, row.headers, row.enqueued_at,
+                )  # fmt: skip
+                record = records.get(kind)
+                if record is None:
+                    record = records[kind] = JobRecord(
+                        type=row.type,
+                        priority=Priority(row.priority),
+                        state=JobState.DELAYED,
+                        run_at_ms=row.run_at,
+                        enqueued_at_ms=row.enqueued_at,
+                        max_attempts=row.max_attempts,
+                        lease_ttl_ms=row.lease_ttl_ms,
+                        idempotency_key=row.idem_key or "",
+                        concurrency_key=row.concurrency_key or "",
+                        headers=json.loads(row.headers) if row.headers else None,
+                    )
+                if row.shard in self.ownership.epochs:
+                    owned[row.shard].append(NewJob(row.id, record, row.payload))
+                    mine += 1
+                else:
+                    others[row.shard].append(NewJob(row.id, record, row.payload))
+            per_caller.append((others, mine))
+        # Counted caller by caller, in the order they committed: the answers of those whose jobs
+        # took the backlog past its bound wait for room, as if each had queued its own.
+        out = []
+        for others, mine in per_caller:
+            self._count_unqueued(mine)
+            out.append((others, self.unqueued > MAX_UNQUEUED))
+        for shard, jobs in owned.items():
+            self._start_queueing(shard, jobs)
+        return out
 
     async def _hand_on(self, shard: int, jobs: list[NewJob]) -> None:
         """Push or hand on committed jobs before the answer, which is OK whatever fails here: an
@@ -288,9 +347,16 @@ class Ingestor:
             await self._room.wait()
 
     def _queue_behind(self, shard: int, jobs: list[NewJob]) -> None:
-        self.unqueued += len(jobs)
+        self._count_unqueued(len(jobs))
+        self._start_queueing(shard, jobs)
+
+    def _count_unqueued(self, count: int) -> None:
+        self.unqueued += count
         if self.unqueued > MAX_UNQUEUED:
             self._room.clear()
+
+    def _start_queueing(self, shard: int, jobs: list[NewJob]) -> None:
+        """Push jobs counted in ``unqueued`` (their push uncounts them)."""
         task = asyncio.create_task(self._queue(shard, jobs))
         self._queueing.add(task)
         task.add_done_callback(self._queueing.discard)
@@ -298,7 +364,7 @@ class Ingestor:
     async def _queue(self, shard: int, jobs: list[NewJob]) -> None:
         failpoints.hit("ingest.before-queue")
         try:
-            await self._coalesced.push(shard, jobs)
+            await self.push(shard, jobs)
         except Exception:
             # Not a Redis outage (push() handles those): the jobs are committed, so the reconciler
             # queues them; say so loudly, it is a bug.
