@@ -320,8 +320,8 @@ class Ingestor:
         for others, mine in per_caller:
             self._count_unqueued(mine)
             out.append((others, self.unqueued > MAX_UNQUEUED))
-        for shard, jobs in owned.items():
-            self._start_queueing(shard, jobs)
+        for shard, jobs in owned.items():  # the group is gathered already: no coalescing step
+            self._start_queueing(shard, jobs, self.push)
         return out
 
     async def _hand_on(self, shard: int, jobs: list[NewJob]) -> None:
@@ -347,24 +347,29 @@ class Ingestor:
             await self._room.wait()
 
     def _queue_behind(self, shard: int, jobs: list[NewJob]) -> None:
+        """Jobs handed over by another process: hand-offs that arrive together share a push."""
         self._count_unqueued(len(jobs))
-        self._start_queueing(shard, jobs)
+        self._start_queueing(shard, jobs, self._coalesced.push)
 
     def _count_unqueued(self, count: int) -> None:
         self.unqueued += count
         if self.unqueued > MAX_UNQUEUED:
             self._room.clear()
 
-    def _start_queueing(self, shard: int, jobs: list[NewJob]) -> None:
+    def _start_queueing(
+        self, shard: int, jobs: list[NewJob], push: Callable[[int, list[NewJob]], Awaitable[None]]
+    ) -> None:
         """Push jobs counted in ``unqueued`` (their push uncounts them)."""
-        task = asyncio.create_task(self._queue(shard, jobs))
+        task = asyncio.create_task(self._queue(shard, jobs, push))
         self._queueing.add(task)
         task.add_done_callback(self._queueing.discard)
 
-    async def _queue(self, shard: int, jobs: list[NewJob]) -> None:
+    async def _queue(
+        self, shard: int, jobs: list[NewJob], push: Callable[[int, list[NewJob]], Awaitable[None]]
+    ) -> None:
         failpoints.hit("ingest.before-queue")
         try:
-            await self.push(shard, jobs)
+            await push(shard, jobs)
         except Exception:
             # Not a Redis outage (push() handles those): the jobs are committed, so the reconciler
             # queues them; say so loudly, it is a bug.
