@@ -52,14 +52,22 @@ MAX_PUSH = 20_000
 MAX_UNQUEUED = 20_000
 
 
-class GroupCommit:
-    """Insert rows from concurrent callers in shared transactions."""
+Committed = tuple[list[tuple[str, bool]], Any]  # (id, created) per row, and what ``committed`` made of them
 
-    def __init__(self, store: Store) -> None:
+
+class GroupCommit:
+    """Insert rows from concurrent callers in shared transactions. ``committed`` sees each group's
+    rows and results before any of its callers resumes (what it returns goes to each caller), so
+    work that should start at the commit is not queued behind the callers' answers."""
+
+    def __init__(
+        self,
+        store: Store,
+        committed: Callable[[list[tuple[Sequence[JobRow], list[tuple[str, bool]]]]], list[Any]] | None = None,
+    ) -> None:
         self.store = store
-        self._queue: asyncio.Queue[tuple[Sequence[JobRow], asyncio.Future[list[tuple[str, bool]]]]] = (
-            asyncio.Queue()
-        )
+        self.committed = committed or (lambda parts: [None] * len(parts))
+        self._queue: asyncio.Queue[tuple[Sequence[JobRow], asyncio.Future[Committed]]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -70,8 +78,8 @@ class GroupCommit:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
-    async def insert(self, rows: Sequence[JobRow]) -> list[tuple[str, bool]]:
-        future: asyncio.Future[list[tuple[str, bool]]] = asyncio.get_running_loop().create_future()
+    async def insert(self, rows: Sequence[JobRow]) -> Committed:
+        future: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
         await self._queue.put((rows, future))
         return await future
 
@@ -101,19 +109,27 @@ class GroupCommit:
                         log.exception("insert refused")
                         _fail([(part, future)], InvalidArgument("the database refused the job(s)"))
                     else:
-                        if not future.done():
-                            future.set_result(result)
+                        _release([(part, future)], [result], self.committed)
                 continue
-            start = 0
-            for part, future in batch:
-                if not future.done():
-                    future.set_result(results[start : start + len(part)])
+            parts, start = [], 0
+            for part, _ in batch:
+                parts.append(results[start : start + len(part)])
                 start += len(part)
+            _release(batch, parts, self.committed)
 
 
-def _fail(
-    batch: list[tuple[Sequence[JobRow], asyncio.Future[list[tuple[str, bool]]]]], exc: Exception
+def _release(
+    batch: list[tuple[Sequence[JobRow], asyncio.Future[Committed]]],
+    results: list[list[tuple[str, bool]]],
+    committed: Callable[[list[tuple[Sequence[JobRow], list[tuple[str, bool]]]]], list[Any]],
 ) -> None:
+    made = committed([(part, result) for (part, _), result in zip(batch, results, strict=True)])
+    for (_, future), result, extra in zip(batch, results, made, strict=True):
+        if not future.done():
+            future.set_result((result, extra))
+
+
+def _fail(batch: list[tuple[Sequence[JobRow], asyncio.Future[Committed]]], exc: Exception) -> None:
     for _, future in batch:
         if not future.done():
             future.set_exception(exc)
@@ -180,7 +196,7 @@ class Ingestor:
         # A hand-off must fit the owner's request limit (the same SHARDQ_MAX_REQUEST_BYTES).
         self.hand_off_bytes = max_request_bytes - REQUEST_OVERHEAD_BYTES
         self.store = store
-        self.commit = GroupCommit(store)
+        self.commit = GroupCommit(store, self._committed)
         self._coalesced = CoalescedPush(self.push)
         self.unqueued = 0  # committed jobs whose pushes have not finished
         self._queueing: set[asyncio.Task[None]] = set()
@@ -196,11 +212,15 @@ class Ingestor:
         caller may name as dependencies."""
         rows = self._rows(jobs, now)
         start_ns = now_ns() if spans.enabled else 0
+        hand_on: dict[int, list[NewJob]] = {}
         if any(j.depends_on or j.blocks for j in jobs):
             results, to_push = await self._commit_graph(jobs, rows, may_use)
+            held = bool(to_push)
         else:
-            results = await self.commit.insert(rows)
-            to_push = [row for row, (_, new) in zip(rows, results, strict=True) if new]
+            # The group commit queues this process's shards' jobs as it completes (_committed);
+            # another process's come back here, to hand on before the answer.
+            results, (hand_on, held) = await self.commit.insert(rows)
+            to_push = []
         if spans.enabled:
             spans.record(
                 "shardq commit",
@@ -210,8 +230,14 @@ class Ingestor:
             )
         created = [row for row, (_, new) in zip(rows, results, strict=True) if new]
         metrics.count(metrics.ENQUEUED, ((metrics.type_label(row.type),) for row in created))
-        await self._push_rows(to_push, now, before_answer=True)
-        await self._backlog_room()
+        if to_push:
+            await self._push_rows(to_push, before_answer=True)
+        # Another process's jobs are handed on before the answer: were this process to die after
+        # answering, their owner would not queue them until its next full reconcile (minutes). The
+        # owner answers once it has them (take), so only their trip to it is waited for.
+        await asyncio.gather(*(self._hand_on(shard, new) for shard, new in hand_on.items()))
+        if held:
+            await self._backlog_room()
         return results
 
     async def _commit_graph(
@@ -253,7 +279,7 @@ class Ingestor:
         if promoted:
             metrics.PROMOTED_FROM_WAITING.inc(len(promoted))
             failpoints.hit("workflow.before-push")
-            task = asyncio.create_task(self._push_rows(promoted, wall_ms(), before_answer=False))
+            task = asyncio.create_task(self._push_rows(promoted, before_answer=False))
             self._queueing.add(task)
             task.add_done_callback(self._queueing.discard)
 
@@ -293,39 +319,69 @@ class Ingestor:
         ]
         return rows
 
-    async def _push_rows(self, created: list[JobRow], now: int, *, before_answer: bool) -> None:
+    async def _push_rows(self, rows: list[JobRow], *, before_answer: bool) -> None:
+        """Push committed rows: this process's shards' behind the answer (``before_answer``), the
+        others' handed on and awaited; released from 'waiting' (not before an answer), all awaited."""
         by_shard: dict[int, list[NewJob]] = defaultdict(list)
-        records: dict[tuple[Any, ...], JobRecord] = {}  # jobs alike share one (immutable) record
-        for row in created:
-            kind = (
-                row.type, row.priority, row.run_at, row.max_attempts, row.lease_ttl_ms, row.idem_key,
-                row.concurrency_key, row.headers, row.enqueued_at,
-            )  # fmt: skip
-            record = records.get(kind)
-            if record is None:
-                record = records[kind] = JobRecord(
-                    type=row.type,
-                    priority=Priority(row.priority),
-                    state=JobState.DELAYED,
-                    run_at_ms=row.run_at,
-                    enqueued_at_ms=row.enqueued_at,
-                    max_attempts=row.max_attempts,
-                    lease_ttl_ms=row.lease_ttl_ms,
-                    idempotency_key=row.idem_key or "",
-                    concurrency_key=row.concurrency_key or "",
-                    headers=json.loads(row.headers) if row.headers else None,
-                )
-            by_shard[row.shard].append(NewJob(row.id, record, row.payload))
+        records: dict[tuple[Any, ...], JobRecord] = {}
+        for row in rows:
+            by_shard[row.shard].append(_new_job(row, records))
         handed_on = []
         for shard, new in by_shard.items():
             if shard in self.ownership.epochs and before_answer:
                 self._queue_behind(shard, new)
             else:
                 handed_on.append(self._hand_on(shard, new))
-        # Another process's jobs are handed on before the answer: were this process to die after
-        # answering, their owner would not queue them until its next full reconcile (minutes). The
-        # owner answers once it has them (take), so only their trip to it is waited for.
         await asyncio.gather(*handed_on)
+
+    def _committed(
+        self, parts: list[tuple[Sequence[JobRow], list[tuple[str, bool]]]]
+    ) -> list[tuple[dict[int, list[NewJob]], bool]]:
+        """A group commit's new jobs as the group's callers resume: this process's shards' jobs
+        queued at once (one push per shard for the whole group, its Redis call on the way before
+        the first answer is built), another's per caller, to hand on before its answer."""
+        try:
+            return self._sort_committed(parts)
+        except Exception:
+            # A bug, not an outage: the jobs are committed, so the reconciler queues them, and the
+            # callers are still answered (the group commit's task must live on).
+            log.exception("sorting committed jobs failed; the reconciler will")
+            unqueued: dict[int, list[str]] = defaultdict(list)
+            for rows, results in parts:
+                for row, (_, new) in zip(rows, results, strict=True):
+                    if new:
+                        unqueued[row.shard].append(row.id)
+            for shard, ids in unqueued.items():
+                self.on_push_failed(shard, ids)
+            return [({}, False) for _ in parts]
+
+    def _sort_committed(
+        self, parts: list[tuple[Sequence[JobRow], list[tuple[str, bool]]]]
+    ) -> list[tuple[dict[int, list[NewJob]], bool]]:
+        owned: dict[int, list[NewJob]] = defaultdict(list)
+        per_caller: list[tuple[dict[int, list[NewJob]], int]] = []
+        records: dict[tuple[Any, ...], JobRecord] = {}  # jobs alike share one (immutable) record
+        for rows, results in parts:
+            others: dict[int, list[NewJob]] = defaultdict(list)
+            mine = 0  # of this caller's jobs, those queued here
+            for row, (_, new) in zip(rows, results, strict=True):
+                if not new:
+                    continue
+                if row.shard in self.ownership.epochs:
+                    owned[row.shard].append(_new_job(row, records))
+                    mine += 1
+                else:
+                    others[row.shard].append(_new_job(row, records))
+            per_caller.append((others, mine))
+        # Counted caller by caller, in the order they committed: the answers of those whose jobs
+        # took the backlog past its bound wait for room, as if each had queued its own.
+        out = []
+        for others, mine in per_caller:
+            self._count_unqueued(mine)
+            out.append((others, self.unqueued > MAX_UNQUEUED))
+        for shard, jobs in owned.items():  # the group is gathered already: no coalescing step
+            self._start_queueing(shard, jobs, self.push)
+        return out
 
     async def _hand_on(self, shard: int, jobs: list[NewJob]) -> None:
         """Push or hand on committed jobs before the answer, which is OK whatever fails here: an
@@ -350,17 +406,29 @@ class Ingestor:
             await self._room.wait()
 
     def _queue_behind(self, shard: int, jobs: list[NewJob]) -> None:
-        self.unqueued += len(jobs)
+        """Jobs handed over by another process: hand-offs that arrive together share a push."""
+        self._count_unqueued(len(jobs))
+        self._start_queueing(shard, jobs, self._coalesced.push)
+
+    def _count_unqueued(self, count: int) -> None:
+        self.unqueued += count
         if self.unqueued > MAX_UNQUEUED:
             self._room.clear()
-        task = asyncio.create_task(self._queue(shard, jobs))
+
+    def _start_queueing(
+        self, shard: int, jobs: list[NewJob], push: Callable[[int, list[NewJob]], Awaitable[None]]
+    ) -> None:
+        """Push jobs counted in ``unqueued`` (their push uncounts them)."""
+        task = asyncio.create_task(self._queue(shard, jobs, push))
         self._queueing.add(task)
         task.add_done_callback(self._queueing.discard)
 
-    async def _queue(self, shard: int, jobs: list[NewJob]) -> None:
+    async def _queue(
+        self, shard: int, jobs: list[NewJob], push: Callable[[int, list[NewJob]], Awaitable[None]]
+    ) -> None:
         failpoints.hit("ingest.before-queue")
         try:
-            await self._coalesced.push(shard, jobs)
+            await push(shard, jobs)
         except Exception:
             # Not a Redis outage (push() handles those): the jobs are committed, so the reconciler
             # queues them; say so loudly, it is a bug.
@@ -431,3 +499,27 @@ class Ingestor:
                 note_redis_error("push", exc, shard=shard, jobs=len(jobs) - start)
                 self.on_push_failed(shard, [job.id for job in jobs[start:]])
                 return
+
+
+def _new_job(row: JobRow, records: dict[tuple[Any, ...], JobRecord]) -> NewJob:
+    """A committed row as the job its push puts in Redis. Jobs alike share one (immutable) record
+    in ``records``: packing it once serves them all."""
+    kind = (
+        row.type, row.priority, row.run_at, row.max_attempts, row.lease_ttl_ms, row.idem_key,
+        row.concurrency_key, row.headers, row.enqueued_at,
+    )  # fmt: skip
+    record = records.get(kind)
+    if record is None:
+        record = records[kind] = JobRecord(
+            type=row.type,
+            priority=Priority(row.priority),
+            state=JobState.DELAYED,
+            run_at_ms=row.run_at,
+            enqueued_at_ms=row.enqueued_at,
+            max_attempts=row.max_attempts,
+            lease_ttl_ms=row.lease_ttl_ms,
+            idempotency_key=row.idem_key or "",
+            concurrency_key=row.concurrency_key or "",
+            headers=json.loads(row.headers) if row.headers else None,
+        )
+    return NewJob(row.id, record, row.payload)

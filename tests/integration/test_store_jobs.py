@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from dataclasses import replace
 
 from dispatcher.store import JobRow, open_store
 from dispatcher.store.base import _migration_for
@@ -68,3 +69,28 @@ async def test_idempotency_keys_dedupe_within_a_batch_across_batches_and_between
     finally:
         await store.close()
         await other.close()
+
+
+async def test_every_size_of_insert_keeps_every_column(db_url: str) -> None:
+    """A few rows go as VALUES, a few hundred as one unnest() INSERT, more through COPY (PostgreSQL):
+    each path stores every column of a new job as given."""
+    store = await open_store(db_url)
+    try:
+        await store.migrate()
+        for size in (1, 2, 8, 9, 200, 201):
+            rows = [
+                replace(
+                    _row(),
+                    type=f"t{i % 3}", shard=i % 7, priority=i % 3, payload=bytes([i % 256]) * (i + 1),
+                    status="delayed" if i % 2 else "ready", run_at=10**12 + i, max_attempts=1 + i % 4,
+                    lease_ttl_ms=1_000 + i, enqueued_at=10**12 - i, updated_at=10**12 - i,
+                    concurrency_key=f"tenant-{i}" if i % 2 else None,
+                    headers='{"traceparent": "x"}' if i % 3 == 0 else None,
+                )
+                for i in range(size)
+            ]  # fmt: skip
+            assert await store.insert_jobs(rows) == [(r.id, True) for r in rows]
+            stored = {r.id: r for r in await store.get_jobs([r.id for r in rows])}
+            assert [stored[r.id] for r in rows] == rows, size
+    finally:
+        await store.close()
