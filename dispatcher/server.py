@@ -29,6 +29,7 @@ from .config import Settings
 from .ops import metrics, redis_client
 from .ops.embedded import EmbeddedRedis
 from .ops.redis_errors import REDIS_DOWN
+from .ops.task_dump import dump_tasks
 from .store import open_store
 
 log = structlog.get_logger("shardq.server")
@@ -265,6 +266,7 @@ async def run_until_signalled(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
     # Supervised: do not outlive the supervisor.
     watchdog = asyncio.create_task(_exit_when_orphaned(stop)) if settings.shared_listen else None
     await stop.wait()

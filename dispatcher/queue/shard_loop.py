@@ -48,6 +48,11 @@ async def run_shard_loop(
                 raise
             log.warning("database unavailable", loop=name, shard=shard, error=str(exc))
         else:
+            if cancelling():
+                # Cancelled during the step, yet it returned: on Python 3.11 redis-py's wait_for
+                # returns a reply that arrives with the cancellation and drops the latter. The
+                # shard's loss waits for this loop to end, so it must not sleep first.
+                raise asyncio.CancelledError
             if sleep_s > 0:
                 await wake.wait(sleep_s)
             continue

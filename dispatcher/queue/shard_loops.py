@@ -7,12 +7,20 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import structlog
+
 from ..config import RetryPolicy
+from ..ops.task_dump import awaiting_chain
 from .ownership import Ownership
 from .promoter import Promoter
 from .pruner import Pruner, Retention
 from .reaper import Reaper
 from .working_set import Transition, WorkingSet
+
+log = structlog.get_logger("shardq.shard_loops")
+#: How long a lost shard's loops are given to end once cancelled: their steps are short Redis and
+#: DB calls, and the coordinator waits meanwhile.
+STOP_TIMEOUT_S = 5.0
 
 
 class ShardLoops:
@@ -64,7 +72,14 @@ class ShardLoops:
         for task in tasks:
             if task is not current:
                 task.cancel()
-        await asyncio.gather(*(t for t in tasks if t is not current), return_exceptions=True)
+        others = [t for t in tasks if t is not current]
+        if not others:
+            return
+        _, stuck = await asyncio.wait(others, timeout=STOP_TIMEOUT_S)
+        for task in stuck:  # a bug: said with where it waits, and not waited for (the shard is gone)
+            log.error(
+                "shard loop did not stop when cancelled", task=task.get_name(), awaiting=awaiting_chain(task)
+            )
 
     def wake_promoter(self, shard: int, run_at_ms: int | None = None) -> None:
         """A job became delayed until ``run_at_ms`` (None: something changed, look again)."""

@@ -117,3 +117,14 @@ def test_health_follows_redis(start_dispatcher, private_redis, db_url):
     private_redis.start()
     wait_until(lambda: _health(proc.target).returncode == 0, timeout=30)
     wait_until(lambda: dependencies_up(port) == {"redis": 1, "database": 1}, timeout=10)
+
+
+def test_sigusr1_logs_what_every_task_waits_on(dispatcher):
+    """``kill -USR1`` makes the dispatcher log each asyncio task with the chain of coroutines it is
+    suspended in: what an operator looks at when it is up but does nothing. It goes on serving."""
+    dispatcher.signal(signal.SIGUSR1)
+    wait_until(lambda: "tasks dumped" in dispatcher.log_tail(400), timeout=10)
+    dumped = [line for line in dispatcher.log_tail(400).splitlines() if '"event": "task"' in line]
+    coordinator = next(line for line in dumped if '"task": "coordinator"' in line)
+    assert "coordinator.py" in coordinator
+    assert dispatcher.ready()
