@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import structlog
 
@@ -124,7 +124,8 @@ class Reconciler:
                     if not still_owner():
                         break
                     caught_up += self._catch_up(shard, await self.working_set.finished(shard, ids))
-                    restored += await self._restore_chunks(shard, epoch, ids, waiting, in_flight_ms)
+                    async for done in self._restore_chunks(shard, epoch, ids, waiting, in_flight_ms):
+                        restored += done
             # Outside the slot: a shard whose young jobs are awaited holds up no other shard's
             # reconcile. Looking again costs a script call per RESTORE_CHUNK jobs awaited: many are
             # looked at less often.
@@ -132,8 +133,10 @@ class Reconciler:
             while waiting and still_owner():
                 await asyncio.sleep(pause)
                 started = asyncio.get_running_loop().time()
+                again = list(waiting)
                 async with lock, self._slots:
-                    restored += await self._restore_chunks(shard, epoch, list(waiting), waiting, in_flight_ms)
+                    async for done in self._restore_chunks(shard, epoch, again, waiting, in_flight_ms):
+                        restored += done
                 pause = max(RECHECK_S, 4 * (asyncio.get_running_loop().time() - started))
         finally:
             # Said however it ended: a reconcile cut short (the shard taken over fences its next
@@ -150,19 +153,20 @@ class Reconciler:
 
     async def _restore_chunks(
         self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], in_flight_ms: int
-    ) -> Restored:
-        restored = Restored()
+    ) -> AsyncIterator[Restored]:
+        """Restore the missing ones of ``ids`` a chunk at a time, yielding what each chunk put back:
+        counted as it goes, so a reconcile fenced off in the middle of a page still says what the
+        page's first chunks restored."""
         for i in range(0, len(ids), RESTORE_CHUNK):
             chunk = ids[i : i + RESTORE_CHUNK]
             async with self.writer.forgets_held(shard, chunk):
                 done = await self._restore_missing(shard, epoch, chunk, waiting, in_flight_ms)
             if done.total:
-                restored += done
                 self.restored_total += done.total
                 metrics.RESTORED.labels("lost").inc(done.lost)
                 metrics.RESTORED.labels("unpushed").inc(done.unpushed)
                 self.on_restored(shard)
-        return restored
+                yield done
 
     async def _restore_missing(
         self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], in_flight_ms: int

@@ -319,3 +319,28 @@ async def test_a_reconcile_cut_short_by_a_takeover_says_what_it_restored(shard: 
     with capture_logs() as logs, pytest.raises(NotOwner):
         await shard.reconciler.reconcile(SHARD, 1, after_loss=True)
     assert restores_logged(logs) == {"warning": PAGE}
+
+
+async def test_a_reconcile_fenced_off_in_the_middle_of_a_page_says_what_it_restored(shard: Shard) -> None:
+    """The same within one page: the shard is taken over between two chunks of it (RESTORE_CHUNK
+    jobs a restore call). The first chunk's jobs are counted (they were lost with the page's count)."""
+    from dispatcher.queue.reconciler import RESTORE_CHUNK
+    from shardq_common.errors import NotOwner
+
+    await shard.acquire(1, "old")
+    for _ in range(RESTORE_CHUNK + 1):  # two chunks of one page
+        await shard.commit_new_job()
+    look = shard.working_set.missing
+    looks = 0
+
+    async def taken_over_before_the_second_chunk(shard_: int, ids: Sequence[str]) -> dict[str, bool]:
+        nonlocal looks
+        looks += 1
+        if looks == 2:
+            await shard.acquire(2, "new")
+        return await look(shard_, ids)
+
+    shard.working_set.missing = taken_over_before_the_second_chunk  # type: ignore[method-assign]
+    with capture_logs() as logs, pytest.raises(NotOwner):
+        await shard.reconciler.reconcile(SHARD, 1, after_loss=True)
+    assert restores_logged(logs) == {"warning": RESTORE_CHUNK}
