@@ -452,12 +452,15 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
             created = {job_id for job_id, new in results if new}
             # A job whose idempotency key existed is not created: its edges are not either, and the
             # jobs of the batch that named it wait for the existing job instead.
-            kept = [
+            kept = dependencies.distinct_edges(
                 Edge(e.job_id, actual.get(e.depends_on_id, e.depends_on_id), e.on_failure)
                 for e in edges
                 if e.job_id in created
-            ]
+            )
             await dependencies.insert_edges(tx, kept)
+            # Two dependencies of a job can turn out to be one job (idempotency keys): it waits for
+            # the edges kept, not for the ones it was counted with.
+            await dependencies.count_edges(tx, kept, {r.id: r.deps_remaining for r in rows})
             # Waiting jobs that get a new job as one more dependency (``blocks``: a batch grown
             # from inside), unless its idempotency key existed.
             await dependencies.extend_waiting(

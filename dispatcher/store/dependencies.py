@@ -93,24 +93,32 @@ async def extend_waiting(
 ) -> None:
     """Give existing waiting jobs one more dependency each (``Edge.job_id`` the waiting job, a new
     job its dependency): a batch grown from inside. Refused, naming the job, unless each is still
-    waiting: one whose dependencies all finished has been released (or cancelled) already."""
+    waiting: one whose dependencies all finished has been released already. One cancelled because
+    a dependency failed is passed over (a batch's success callback once a job of it died: the jobs
+    added still hold up its completion callback). Refused too when a new job already waits, through
+    its own dependencies, for a job it would block: the two would wait for each other forever."""
     if not edges:
         return
     lock = " FOR UPDATE" if tx.supports_for_update else ""
     ids = sorted({e.job_id for e in edges})
-    found: dict[str, tuple[str, str]] = {}
+    found: dict[str, tuple[str, str, str]] = {}
     for chunk in _chunks(ids):
         rows = await tx.execute(
-            f"SELECT id, type, status FROM jobs WHERE id IN ({_marks(len(chunk))}) ORDER BY id{lock}", chunk
+            f"SELECT id, type, status, last_error FROM jobs WHERE id IN ({_marks(len(chunk))}) "
+            f"ORDER BY id{lock}",
+            chunk,
         )
-        found.update((str(r[0]), (str(r[1]), str(r[2]))) for r in rows)
+        found.update((str(r[0]), (str(r[1]), str(r[2]), str(r[3] or ""))) for r in rows)
     for job_id in ids:
         if job_id not in found or not may_use(found[job_id][0]):
             raise InvalidArgument(f"{name_of(job_id)}: no job {job_id} to block")
-        if found[job_id][1] != WAITING:
+        _, status, error = found[job_id]
+        if status != WAITING and not (status == "cancelled" and error.startswith(DEPENDENCY_FAILED)):
             raise InvalidArgument(
-                f"{name_of(job_id)}: job {job_id} is {found[job_id][1]}, no longer waiting for dependencies"
+                f"{name_of(job_id)}: job {job_id} is {status}, no longer waiting for dependencies"
             )
+    edges = [e for e in edges if found[e.job_id][1] == WAITING]
+    await _refuse_cycles(tx, edges, name_of)
     await insert_edges(tx, edges)
     counts: dict[str, int] = defaultdict(int)
     for e in edges:
@@ -119,6 +127,50 @@ async def extend_waiting(
         "UPDATE jobs SET deps_remaining = deps_remaining + ? WHERE id = ?",
         sorted((n, i) for i, n in counts.items()),
     )
+
+
+async def _refuse_cycles(tx: Tx, edges: Sequence[Edge], name_of: Callable[[str], str]) -> None:
+    """Refuse an edge (a waiting job W to wait for a new job M) when M already waits for W through
+    the open edges (M's own, inserted already, and theirs in turn)."""
+    blocked_by: dict[str, set[str]] = defaultdict(set)
+    for e in edges:
+        blocked_by[e.depends_on_id].add(e.job_id)
+    for new_id, blocked in sorted(blocked_by.items()):
+        rows = await tx.execute(
+            "WITH RECURSIVE upstream(id) AS ("
+            "SELECT depends_on_id FROM job_dependencies WHERE job_id = ? AND resolved_state IS NULL "
+            "UNION SELECT d.depends_on_id FROM job_dependencies AS d JOIN upstream AS u ON d.job_id = u.id "
+            "WHERE d.resolved_state IS NULL) "
+            f"SELECT id FROM upstream WHERE id IN ({_marks(len(blocked))}) LIMIT 1",
+            [new_id, *sorted(blocked)],
+        )
+        if rows:
+            waiting_id = str(rows[0][0])
+            raise InvalidArgument(
+                f"{name_of(waiting_id)}: job {waiting_id} cannot wait for job {new_id}, which waits for it "
+                "through its dependencies (a cycle)"
+            )
+
+
+def distinct_edges(edges: Iterable[Edge]) -> list[Edge]:
+    """One edge per (waiting job, dependency); of two with different policies, 'fail' (the one that
+    does not run the job after a failure)."""
+    out: dict[tuple[str, str], Edge] = {}
+    for e in edges:
+        seen = out.get((e.job_id, e.depends_on_id))
+        if seen is None or (seen.on_failure != FAIL and e.on_failure == FAIL):
+            out[(e.job_id, e.depends_on_id)] = e
+    return list(out.values())
+
+
+async def count_edges(tx: Tx, edges: Sequence[Edge], counted: dict[str, int]) -> None:
+    """Set deps_remaining of the jobs whose edges are fewer than they were ``counted`` with."""
+    have: dict[str, int] = defaultdict(int)
+    for e in edges:
+        have[e.job_id] += 1
+    fixes = sorted((n, job_id) for job_id, n in have.items() if counted.get(job_id, n) != n)
+    if fixes:
+        await tx.executemany("UPDATE jobs SET deps_remaining = ? WHERE id = ?", fixes)
 
 
 async def insert_edges(tx: Tx, edges: Sequence[Edge]) -> None:

@@ -325,3 +325,62 @@ def test_a_job_released_by_a_dispatcher_that_died_before_pushing_it_runs_on_the_
         _status(client, then, "succeeded")
     runs = [e["job"] for e in read_ledger(ledger) if e["event"] == "start"]
     assert runs.count(then) == 1 and runs.count(first) == 1
+
+
+def test_two_dependencies_that_are_one_job_by_its_idempotency_key_release_the_waiting_job(
+    dispatcher, start_worker
+):
+    """A ref of the request whose idempotency key an existing job holds is that job: named twice, it
+    is one dependency, and the waiting job is released when it finishes (it used to count two edges
+    and keep one: waiting forever)."""
+    with Client(dispatcher.target) as client:
+        existing = client.enqueue("noop", idempotency_key="the-one")
+        _, waiter = client.enqueue_many(
+            [
+                {"type": "noop", "ref": "again", "idempotency_key": "the-one"},
+                {"type": "collect", "depends_on": ["again", existing]},
+            ]
+        )
+        start_worker(dispatcher.target, types="noop,collect")
+        done = _status(client, waiter, "succeeded")
+        assert list(json.loads(done.result)) == [existing]
+
+
+def test_a_job_that_would_block_what_it_waits_for_is_refused(dispatcher, db_url):
+    """``blocks`` makes an existing waiting job wait for the new one: refused when the new one waits
+    for it already (directly or through its dependencies), or both would wait forever."""
+    with Client(dispatcher.target) as client:  # no worker: everything stays as enqueued
+        _, waiting = client.enqueue_many(
+            [{"type": "noop", "ref": "a"}, {"type": "collect", "depends_on": ["a"]}]
+        )
+        before = (
+            query(db_url, "SELECT COUNT(*) FROM jobs"),
+            query(db_url, "SELECT COUNT(*) FROM job_dependencies"),
+        )
+        for specs in (
+            [{"type": "noop", "depends_on": [waiting], "blocks": [waiting]}],
+            [
+                {"type": "noop", "ref": "down", "depends_on": [waiting]},
+                {"type": "noop", "depends_on": ["down"], "blocks": [waiting]},
+            ],
+        ):
+            with pytest.raises(InvalidArgumentError, match="a cycle"):
+                client.enqueue_many(specs)
+        assert (
+            query(db_url, "SELECT COUNT(*) FROM jobs"),
+            query(db_url, "SELECT COUNT(*) FROM job_dependencies"),
+        ) == before
+
+
+def test_jobs_added_to_a_batch_after_one_of_it_died_hold_up_its_completion(dispatcher, start_worker):
+    """Once a job of the batch is dead its success callback is cancelled; the batch is still open
+    until every job finished, so jobs added then are waited for by the completion callback (adding
+    them used to be refused because the success callback no longer waited)."""
+    start_worker(dispatcher.target, types="noop,final,sleep,collect")
+    with Client(dispatcher.target) as client:
+        batch = Batch(on_success=job("collect"), on_complete=job("collect"))
+        opened = client.enqueue_batch(batch, [job("final"), job("sleep", {"sleep": 3})])
+        _status(client, opened.success_id, "cancelled")
+        [added] = client.add_to_batch(opened, [job("noop")])
+        done = _status(client, opened.complete_id, "succeeded", timeout=30)
+        assert added in json.loads(done.result)
