@@ -461,44 +461,42 @@ class Ingestor:
 
     async def push(self, shard: int, jobs: list[NewJob]) -> None:
         """Queue committed jobs in the shard's Redis sets, or hand them to the shard's owner."""
-        for attempt in range(2):
-            epoch = self.ownership.epochs.get(shard)
-            if epoch is None:
-                await self._hand_off_in_parts(shard, jobs)
-                return
-            start = 0  # the jobs before it are in Redis, should a later chunk fail
-            try:
-                for start in range(0, len(jobs), PUSH_CHUNK):
-                    chunk = jobs[start : start + PUSH_CHUNK]
-                    start_ns = now_ns() if spans.enabled else 0
-                    placed = await self.working_set.enqueue(shard, epoch, wall_ms(), chunk)
-                    if spans.enabled:
-                        spans.record(
-                            "shardq push",
-                            start_ns,
-                            (job.record.headers for job in chunk),
-                            {
-                                "messaging.destination.partition.id": str(shard),
-                                "messaging.batch.message_count": len(chunk),
-                            },
-                        )
-                    self.on_pushed(shard, list(zip(chunk, placed, strict=True)))
-                return
-            except NotOwner:
-                # Redis lost the shard (recovery reconciles it from the DB, which has these rows), or
-                # another process took it over (then it is theirs to queue).
-                if attempt == 0 and await self.ownership.recover(shard, epoch):
-                    continue
-                if not self.ownership.owns(shard):
-                    await self._hand_off_in_parts(shard, jobs)
-                else:
-                    self.on_push_failed(shard, [job.id for job in jobs[start:]])
-                return
-            except REDIS_ERRORS as exc:
-                # Committed, so not lost: the reconciler pushes them once Redis takes writes again.
-                note_redis_error("push", exc, shard=shard, jobs=len(jobs) - start)
+        epoch = self.ownership.epochs.get(shard)
+        if epoch is None:
+            await self._hand_off_in_parts(shard, jobs)
+            return
+        start = 0  # the jobs before it are in Redis, should a later chunk fail
+        try:
+            for start in range(0, len(jobs), PUSH_CHUNK):
+                chunk = jobs[start : start + PUSH_CHUNK]
+                start_ns = now_ns() if spans.enabled else 0
+                placed = await self.working_set.enqueue(shard, epoch, wall_ms(), chunk)
+                if spans.enabled:
+                    spans.record(
+                        "shardq push",
+                        start_ns,
+                        (job.record.headers for job in chunk),
+                        {
+                            "messaging.destination.partition.id": str(shard),
+                            "messaging.batch.message_count": len(chunk),
+                        },
+                    )
+                self.on_pushed(shard, list(zip(chunk, placed, strict=True)))
+        except NotOwner:
+            if await self.ownership.recover(shard, epoch):
+                # Redis lost the shard and this process took it back: the recovery's reconcile
+                # restores these jobs from their rows, re-reading each under its forget guard.
+                # Pushed again here as well, one could land after the restored copy ran and was
+                # forgotten, and run twice.
                 self.on_push_failed(shard, [job.id for job in jobs[start:]])
-                return
+            elif not self.ownership.owns(shard):
+                await self._hand_off_in_parts(shard, jobs[start:])  # another process took it over
+            else:
+                self.on_push_failed(shard, [job.id for job in jobs[start:]])
+        except REDIS_ERRORS as exc:
+            # Committed, so not lost: the reconciler pushes them once Redis takes writes again.
+            note_redis_error("push", exc, shard=shard, jobs=len(jobs) - start)
+            self.on_push_failed(shard, [job.id for job in jobs[start:]])
 
 
 def _new_job(row: JobRow, records: dict[tuple[Any, ...], JobRecord]) -> NewJob:
