@@ -38,8 +38,9 @@ from ..store.dependencies import WAITING, Edge
 from . import failpoints
 from .ids import new_job_ids
 from .ownership import Ownership
+from .reconciler import record_from_row
 from .records import JobRecord
-from .states import JobState, Priority
+from .states import JobState
 from .validation import DEPENDENCIES_HEADER, ValidJob, job_graph
 from .working_set import NewJob, WorkingSet
 
@@ -508,16 +509,5 @@ def _new_job(row: JobRow, records: dict[tuple[Any, ...], JobRecord]) -> NewJob:
     )  # fmt: skip
     record = records.get(kind)
     if record is None:
-        record = records[kind] = JobRecord(
-            type=row.type,
-            priority=Priority(row.priority),
-            state=JobState.DELAYED,
-            run_at_ms=row.run_at,
-            enqueued_at_ms=row.enqueued_at,
-            max_attempts=row.max_attempts,
-            lease_ttl_ms=row.lease_ttl_ms,
-            idempotency_key=row.idem_key or "",
-            concurrency_key=row.concurrency_key or "",
-            headers=json.loads(row.headers) if row.headers else None,
-        )
+        record = records[kind] = record_from_row(row, row.enqueued_at)
     return NewJob(row.id, record, row.payload)

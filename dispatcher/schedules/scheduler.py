@@ -35,8 +35,8 @@ from ..queue.cancel import Canceller
 from ..queue.ids import occurrence_job_id
 from ..queue.ingest import Ingestor
 from ..queue.ownership import Ownership
-from ..queue.records import JobRecord
-from ..queue.states import JobState, Priority
+from ..queue.reconciler import record_from_row
+from ..queue.states import JobState
 from ..queue.working_set import NewJob
 from ..store import Advance, JobRow, ScheduleRow, Store
 from .catch_up import CatchUp, plan_tick
@@ -226,13 +226,4 @@ def _occurrence_row(schedule: ScheduleRow, at: int, now: int) -> JobRow:
 
 
 def _new_job(row: JobRow) -> NewJob:
-    record = JobRecord(
-        type=row.type,
-        priority=Priority(row.priority),
-        state=JobState.DELAYED,
-        run_at_ms=row.run_at,
-        enqueued_at_ms=row.enqueued_at,
-        max_attempts=row.max_attempts,
-        lease_ttl_ms=row.lease_ttl_ms,
-    )
-    return NewJob(row.id, record, row.payload)
+    return NewJob(row.id, record_from_row(row, row.enqueued_at), row.payload)
