@@ -13,7 +13,7 @@ from shardq_common.clock import wall_ms
 from shardq_common.errors import ConfigError, StoreUnavailable
 
 from . import dependencies
-from .dependencies import Edge, Resolution
+from .dependencies import Edge
 from .leftovers import LeftoverQueries
 from .queue_settings import QueueSettingsQueries
 from .retention import RetentionQueries, delete_attempts
@@ -291,7 +291,7 @@ _INSERT = (
 
 
 async def _insert_rows(tx: Tx, rows: Sequence[JobRow]) -> list[tuple[str, bool]]:
-    """Insert NEW_JOB_COLUMNS rows (and their deps_remaining). Returns (id, created) in order: a job
+    """Insert NEW_JOB_COLUMNS rows. Returns (id, created) in order: a job
     whose idempotency key exists in its type gets the existing job's id and created=False."""
     await tx.insert_new_jobs([r.new_job_values() for r in rows])
     owner_of = await _owners_of_keys(tx, {(r.type, r.idem_key) for r in rows if r.idem_key})
@@ -312,9 +312,6 @@ async def _insert_rows(tx: Tx, rows: Sequence[JobRow]) -> list[tuple[str, bool]]
             out.append((existing, existing == r.id))
         else:
             out.append((r.id, True))
-    waiting = [(r.deps_remaining, r.id) for r in rows if r.deps_remaining]
-    if waiting:
-        await tx.executemany("UPDATE jobs SET deps_remaining = ? WHERE id = ?", waiting)
     return out
 
 
@@ -327,6 +324,16 @@ async def rows_of(tx: Tx, ids: Sequence[str]) -> list[JobRow]:
         )
         out += [JobRow.from_row(r) for r in rows]
     return out
+
+
+async def release_waiting(
+    tx: Tx, finished: Iterable[str], now: int | None = None
+) -> tuple[list[JobRow], list[str]]:
+    """Resolve the edges of these jobs that are finished now (dependencies.resolve), in the
+    transaction that records their ends. Returns the rows of the jobs it released (to push) and the
+    ids of the ones it cancelled, for ``Store._resolved`` once the transaction has committed."""
+    resolution = await dependencies.resolve(tx, finished, now)
+    return await rows_of(tx, resolution.promoted), resolution.cancelled
 
 
 class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQueries, SearchQueries, abc.ABC):
@@ -438,7 +445,8 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
         """Insert jobs and their dependencies in one transaction (issue 21): all or nothing. An edge
         names the new row's id or an existing job's (``may_use`` decides which types the caller may
         depend on; an error names the job by ``name_of(id)``). Rows of jobs with edges must be
-        'waiting' with deps_remaining set. Returns (id, created) per row, and the rows to push now:
+        'waiting' (their deps_remaining is counted here from the edges kept). Returns (id, created)
+        per row, and the rows to push now:
         the created ones not waiting (those whose dependencies had all finished already go to
         ``on_resolved``).
         ``blocks``: edges from existing waiting jobs to new rows (dependencies.extend_waiting)."""
@@ -458,18 +466,17 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
                 if e.job_id in created
             )
             await dependencies.insert_edges(tx, kept)
-            # Two dependencies of a job can turn out to be one job (idempotency keys): it waits for
-            # the edges kept, not for the ones it was counted with.
-            await dependencies.count_edges(tx, kept, {r.id: r.deps_remaining for r in rows})
+            # Counted from the edges kept: two dependencies of a job can turn out to be one job
+            # (idempotency keys).
+            await dependencies.count_edges(tx, kept)
             # Waiting jobs that get a new job as one more dependency (``blocks``: a batch grown
             # from inside), unless its idempotency key existed.
             await dependencies.extend_waiting(
                 tx, [e for e in blocks if e.depends_on_id in created], may_use, name_of
             )
             # Dependencies finished before this commit resolve now, as if they had just finished.
-            resolution = await dependencies.resolve(tx, {e.depends_on_id for e in kept})
-            promoted = await rows_of(tx, resolution.promoted)
-        self._resolved(promoted, resolution.cancelled)
+            released = await release_waiting(tx, {e.depends_on_id for e in kept})
+        self._resolved(*released)
         waiting = {e.job_id for e in kept}
         # The waiting ones released at once (their dependencies had finished) go to on_resolved,
         # like every release: returned here too, they would be pushed twice.
@@ -527,11 +534,10 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
             )
             # Issue 21: the jobs this batch finished release the jobs waiting for them, here, in the
             # transaction that records their ends (store/dependencies.py).
-            resolution = await dependencies.resolve(
+            released = await release_waiting(
                 tx, [u.id for u in updates if u.status in dependencies.TERMINAL], now
             )
-            promoted = await rows_of(tx, resolution.promoted)
-        self._resolved(promoted, resolution.cancelled)
+        self._resolved(*released)
 
     async def get_job(self, job_id: str) -> JobRow | None:
         async with self.transaction() as tx:
@@ -566,9 +572,8 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
             stale = await dependencies.stale_waiting(tx, shard)
             if not stale:
                 return 0
-            resolution = await dependencies.resolve(tx, stale)
-            promoted = await rows_of(tx, resolution.promoted)
-        self._resolved(promoted, resolution.cancelled)
+            released = await release_waiting(tx, stale)
+        self._resolved(*released)
         return len(stale)
 
     async def get_attempts(self, job_id: str, limit: int = MAX_ATTEMPTS_LISTED) -> list[AttemptRow]:
@@ -582,14 +587,8 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
         return [AttemptRow(*r) for r in reversed(rows)]
 
     async def get_jobs(self, ids: Sequence[str]) -> list[JobRow]:
-        out = []
         async with self.transaction() as tx:
-            for i in range(0, len(ids), 500):
-                chunk = list(ids[i : i + 500])
-                marks = ", ".join("?" * len(chunk))
-                rows = await tx.execute(f"SELECT {COLUMNS} FROM jobs WHERE id IN ({marks})", chunk)
-                out += [JobRow.from_row(r) for r in rows]
-        return out
+            return await rows_of(tx, ids)
 
     async def search_jobs(
         self, query: JobQuery, limit: int, after_id: str = "", *, newest_first: bool = True
@@ -675,13 +674,12 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
                 "AND status IN ('delayed', 'ready', 'leased', 'waiting') RETURNING status",
                 (wall_ms(), wall_ms(), job_id),
             )
-            resolution = Resolution()
+            released: tuple[list[JobRow], list[str]] = ([], [])
             if rows:  # what waits for it under 'fail' is cancelled too; under 'ignore', released
-                resolution = await dependencies.resolve(tx, [job_id])
+                released = await release_waiting(tx, [job_id])
             else:
                 rows = await tx.execute("SELECT status FROM jobs WHERE id = ?", (job_id,))
-            promoted = await rows_of(tx, resolution.promoted)
-        self._resolved(promoted, resolution.cancelled)
+        self._resolved(*released)
         return str(rows[0][0]) if rows else None
 
     # -- jobs enqueued by SQL (migration 0008, PostgreSQL only) ------------------------------

@@ -31,13 +31,9 @@ if TYPE_CHECKING:
 
 WAITING = "waiting"
 FAIL = "fail"
-IGNORE = "ignore"
-POLICIES = (FAIL, IGNORE)
 TERMINAL = ("succeeded", "cancelled", "dead")
 #: The last_error of a job cancelled because a dependency failed (its prefix; the rest names it).
 DEPENDENCY_FAILED = "dependency_failed"
-#: Most dependencies one job may name.
-MAX_DEPENDENCIES = 1000
 _CHUNK = 500
 
 
@@ -55,11 +51,6 @@ class Resolution:
 
     promoted: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
-
-    def __iadd__(self, other: Resolution) -> Resolution:
-        self.promoted += other.promoted
-        self.cancelled += other.cancelled
-        return self
 
 
 def _marks(n: int) -> str:
@@ -163,14 +154,14 @@ def distinct_edges(edges: Iterable[Edge]) -> list[Edge]:
     return list(out.values())
 
 
-async def count_edges(tx: Tx, edges: Sequence[Edge], counted: dict[str, int]) -> None:
-    """Set deps_remaining of the jobs whose edges are fewer than they were ``counted`` with."""
+async def count_edges(tx: Tx, edges: Sequence[Edge]) -> None:
+    """Set each new waiting job's deps_remaining to its edges."""
     have: dict[str, int] = defaultdict(int)
     for e in edges:
         have[e.job_id] += 1
-    fixes = sorted((n, job_id) for job_id, n in have.items() if counted.get(job_id, n) != n)
-    if fixes:
-        await tx.executemany("UPDATE jobs SET deps_remaining = ? WHERE id = ?", fixes)
+    if have:
+        counts = sorted((n, job_id) for job_id, n in have.items())
+        await tx.executemany("UPDATE jobs SET deps_remaining = ? WHERE id = ?", counts)
 
 
 async def insert_edges(tx: Tx, edges: Sequence[Edge]) -> None:

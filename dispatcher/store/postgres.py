@@ -14,7 +14,7 @@ from shardq_common.errors import StoreUnavailable
 from shardq_common.redaction import redact
 
 from . import dependencies
-from .base import NEW_JOB_COLUMNS, AttemptUpdate, JobRow, Store, StoreUpdate, Tx, rows_of
+from .base import NEW_JOB_COLUMNS, AttemptUpdate, JobRow, Store, StoreUpdate, Tx, release_waiting
 from .partitions import PartitionQueries
 from .search import COUNT_TIMEOUT_MS, FLOOR_TIMEOUT_MS, SEARCH_TIMEOUT_MS, JobQuery, SearchTooSlow
 
@@ -267,8 +267,7 @@ class PostgresStore(PartitionQueries, Store):
             [u.rate_limited for u in rows],
             [u.worker for u in rows],
         ]
-        promoted: list[JobRow] = []
-        cancelled: list[str] = []
+        released: tuple[list[JobRow], list[str]] = ([], [])
         async with self.transaction(durable=False) as tx:
             if attempts:
                 by_column = [list(c) for c in zip(*(a.values() for a in attempts), strict=True)]
@@ -279,11 +278,10 @@ class PostgresStore(PartitionQueries, Store):
                 now = wall_ms()
                 await tx.execute(_UPDATE_MANY, [now, *columns])
                 # Issue 21: as base.Store.apply_updates, in the transaction that records the ends.
-                resolution = await dependencies.resolve(
+                released = await release_waiting(
                     tx, [u.id for u in rows if u.status in dependencies.TERMINAL], now
                 )
-                promoted, cancelled = await rows_of(tx, resolution.promoted), resolution.cancelled
-        self._resolved(promoted, cancelled)  # after the commit
+        self._resolved(*released)  # after the commit
 
     supports_sql_enqueue = True
 
