@@ -41,7 +41,7 @@ from .ownership import Ownership
 from .reconciler import record_from_row
 from .records import JobRecord
 from .states import JobState
-from .validation import DEPENDENCIES_HEADER, ValidJob, job_graph
+from .validation import DEPENDENCIES_HEADER, ValidJob, headers_json, job_graph
 from .working_set import NewJob, WorkingSet
 
 log = structlog.get_logger("shardq.ingest")
@@ -265,9 +265,7 @@ class Ingestor:
                 # Its leases carry its dependencies' results (sessions.py reads the mark).
                 headers = json.loads(row.headers) if row.headers else {}
                 headers[DEPENDENCIES_HEADER] = "1"
-                row.headers = json.dumps(
-                    dict(sorted(headers.items())), separators=(",", ":"), ensure_ascii=False
-                )
+                row.headers = headers_json(headers)
         return await self.store.insert_graph(
             rows, edges, may_use, lambda job_id: field_of.get(job_id, job_id), blocks
         )

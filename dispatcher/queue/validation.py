@@ -251,6 +251,11 @@ def job_headers(headers: Mapping[str, str], field: str, *, internal: bool = Fals
         size += len(key) + len(value.encode())
     if size > MAX_HEADERS_BYTES:
         raise InvalidArgument(f"{field}: {size} bytes is over the limit of {MAX_HEADERS_BYTES}")
+    return headers_json(headers)
+
+
+def headers_json(headers: Mapping[str, str]) -> str:
+    """Headers as their row holds them: compact JSON, sorted by name."""
     return json.dumps(dict(sorted(headers.items())), separators=(",", ":"), ensure_ascii=False)
 
 
