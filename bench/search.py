@@ -144,8 +144,10 @@ def _rows(n: int, now: int, seed: int, key_prefix: str = "key") -> Iterator[tupl
 
 
 def _secondary_indexes(conn: psycopg.Connection) -> list[tuple[str, str]]:
+    """Each index of jobs but the primary key, with the statement that builds it on every partition
+    (a partitioned table's definition says ON ONLY, which builds the parent's alone)."""
     return [
-        (str(name), str(sql))
+        (str(name), str(sql).replace(" ON ONLY ", " ON ", 1))
         for name, sql in conn.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'jobs' AND indexname <> 'jobs_pkey'"
         ).fetchall()
@@ -180,7 +182,9 @@ def fill(db_url: str, rows: int) -> None:
         for name, sql in indexes:
             started = time.perf_counter()
             conn.execute(sql)
-            size = conn.execute("SELECT pg_relation_size(%s)", (name,)).fetchone()[0]  # type: ignore[index]
+            size = conn.execute(  # a partitioned index's size is its partitions'
+                "SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree(%s::regclass)", (name,)
+            ).fetchone()[0]  # type: ignore[index]
             print(f"   {name:24} {time.perf_counter() - started:6.1f} s  {size / 2**20:7.0f} MiB")
         started = time.perf_counter()
         conn.execute("VACUUM (ANALYZE) jobs")
@@ -209,6 +213,17 @@ def _filters(now_ms: int) -> list[tuple[str, pb.JobFilter]]:
             f(created_after_ms=now_ms - 3 * DAY_MS, created_before_ms=now_ms - 3 * DAY_MS + hour),
         ),
         ("finished in the last hour", f(finished_after_ms=now_ms - hour)),
+        ("finished in the last day", f(finished_after_ms=now_ms - DAY_MS)),
+        (
+            "finished 1 h, 3 days ago",
+            f(finished_after_ms=now_ms - 3 * DAY_MS, finished_before_ms=now_ms - 3 * DAY_MS + hour),
+        ),
+        ("type + finished last day", f(types=["email.send"], finished_after_ms=now_ms - DAY_MS)),
+        ("rare type + finished last day", f(types=["billing.rare"], finished_after_ms=now_ms - DAY_MS)),
+        (
+            "tenant.sync1* + finished last day",
+            f(type_patterns=["tenant.sync1*"], finished_after_ms=now_ms - DAY_MS),
+        ),
         ("idempotency key (no type)", f(idempotency_key="key-5000020")),
         ("schedule = hourly-sync (0.7%)", f(schedule="hourly-sync")),
         ("dead reason = lease_expired", f(dead_reason=pb.DEAD_REASON_LEASE_EXPIRED)),
@@ -269,7 +284,10 @@ async def _time_filters(db_url: str, label: str, only: set[str] | None = None) -
 
 async def _plan(store: PostgresStore, query: Any, newest_first: bool) -> str:
     """The plan's node under the Limit: the index it walks, or the merge of one scan per type."""
-    sql, params = query.page("postgres", "id", PAGE, "", newest_first)
+    if query.in_finished_order:
+        sql, params = query.finished_page("postgres", "id, finished_at", PAGE, None, newest_first)
+    else:
+        sql, params = query.page("postgres", "id", PAGE, "", newest_first)
     async with store.transaction() as tx:
         rows = await tx.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
 
@@ -336,7 +354,9 @@ async def _payload_index(db_url: str) -> None:
             "CREATE INDEX IF NOT EXISTS jobs_payload_customer_id ON jobs "
             "((shardq_payload_json(payload) #> '{customer_id}'), id)"
         )
-        size = conn.execute("SELECT pg_relation_size('jobs_payload_customer_id')").fetchone()[0]  # type: ignore[index]
+        size = conn.execute(
+            "SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree('jobs_payload_customer_id')"
+        ).fetchone()[0]  # type: ignore[index]
         conn.execute("ANALYZE jobs")
         print(
             f"\n   the advised expression index on payload.customer_id: built in "
@@ -356,7 +376,9 @@ async def _error_index(db_url: str) -> None:
         conn.execute(
             "CREATE INDEX IF NOT EXISTS jobs_last_error_trgm ON jobs USING gin (last_error gin_trgm_ops)"
         )
-        size = conn.execute("SELECT pg_relation_size('jobs_last_error_trgm')").fetchone()[0]  # type: ignore[index]
+        size = conn.execute(
+            "SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree('jobs_last_error_trgm')"
+        ).fetchone()[0]  # type: ignore[index]
         conn.execute("ANALYZE jobs")
         print(
             f"\n   the advised trigram index on last_error: built in "
@@ -422,6 +444,9 @@ async def _migrate(store: PostgresStore) -> None:
     try:
         await store.migrate()
         await store.ensure_shard_count(SHARDS)
+        # Daily partitions over the rows' week, as a dispatcher keeps them (its default interval).
+        now = int(time.time() * 1000)
+        await store.ensure_partitions(now - WEEK_MS - DAY_MS, now + DAY_MS, DAY_MS)
     finally:
         await store.close()
 

@@ -424,6 +424,7 @@ class JobService(pb_grpc.JobServiceServicer):
         # is overlaid below.
         rows = await self.store.search_jobs(query, limit + 1, after, newest_first=newest_first)
         more = len(rows) > limit
+        last = rows[limit - 1] if more else None  # the cursor's position, before the scope's cut
         rows = [r for r in rows[:limit] if auth.may_use(r.type)]
         records = await self.working_set.records([(r.shard, r.id) for r in rows])
         jobs = []
@@ -437,8 +438,9 @@ class JobService(pb_grpc.JobServiceServicer):
             _cut(message, payload_bytes)
             jobs.append(message)
         reply = pb.ListJobsResponse(jobs=jobs)
-        if more:
-            reply.next_cursor = job_filter.encode_cursor(rows[-1].id, digest, newest_first)
+        if last is not None:
+            position = (last.finished_at or 0, last.id) if query.in_finished_order else last.id
+            reply.next_cursor = job_filter.encode_cursor(position, digest, newest_first)
         if request.with_total:
             reply.total, reply.total_exact = await self.store.count_jobs(query)
         return reply

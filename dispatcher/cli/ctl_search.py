@@ -179,7 +179,11 @@ def add_commands(jobs: Any) -> None:
     add_filter_options(p)
     p.add_argument("--limit", type=int, default=50, help="jobs per page (at most 500)")
     p.add_argument("--after", metavar="CURSOR", help="the next page: the cursor the previous one printed")
-    p.add_argument("--oldest-first", action="store_true", help="oldest first (default: newest first)")
+    p.add_argument(
+        "--oldest-first",
+        action="store_true",
+        help="oldest first (default: newest first); with --finished-since/--finished-until, by finish time",
+    )
     p.add_argument("--total", action="store_true", help="count the matches too (an estimate when large)")
     p.set_defaults(func=cmd_list)
     for name, (_, verb, _, which) in BULK.items():

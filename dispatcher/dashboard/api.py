@@ -309,7 +309,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "GET",
         "/api/jobs",
-        "search jobs (newest first), a page at a time",
+        "search jobs (newest first; by finish time with a finished range), a page at a time",
         search_jobs,
         (
             *_SEARCH,

@@ -25,7 +25,7 @@ from fnmatch import fnmatchcase
 from shardq_common.errors import InvalidArgument
 from shardq_common.pb import shardq_pb2 as pb
 
-from ..store import JobQuery, PayloadCondition
+from ..store import JobQuery, PayloadCondition, SearchPosition
 from . import ids, validation
 from .states import JobState
 
@@ -209,15 +209,17 @@ def payload_bytes(limit: int) -> int:
     return limit or DEFAULT_PAYLOAD_BYTES
 
 
-def encode_cursor(last_id: str, digest: str, newest_first: bool) -> str:
+def encode_cursor(last: SearchPosition, digest: str, newest_first: bool) -> str:
+    """A cursor after ``last``: a job id, or (finished_at, id) for a search in finish-time order."""
     order = "d" if newest_first else "a"
-    text = f"1|{order}|{last_id}|{_seal(digest, order, last_id)}"
+    position = last if isinstance(last, str) else f"{last[0]}:{last[1]}"
+    text = f"1|{order}|{position}|{_seal(digest, order, position)}"
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str, digest: str, newest_first: bool) -> str:
-    """The last id of the previous page; INVALID_ARGUMENT unless the cursor was made by this search
-    (the same filter and order) and is unaltered."""
+def decode_cursor(cursor: str, digest: str, newest_first: bool) -> SearchPosition:
+    """Where the previous page ended; INVALID_ARGUMENT unless the cursor was made by this search
+    (the same filter and order, which also fix whether it holds a finish time) and is unaltered."""
     refused = InvalidArgument("cursor: not a cursor of this search (same filter and order); start again")
     if len(cursor) > MAX_CURSOR:
         raise refused
@@ -232,7 +234,12 @@ def decode_cursor(cursor: str, digest: str, newest_first: bool) -> str:
         raise InvalidArgument("cursor: made for the other order; start again from the first page")
     if parts[3] != _seal(digest, parts[1], parts[2]):
         raise refused
-    return validation.job_id(parts[2], "cursor")
+    finished_at, colon, last_id = parts[2].rpartition(":")
+    if not colon:
+        return validation.job_id(last_id, "cursor")
+    if not finished_at.isdigit():
+        raise refused
+    return int(finished_at), validation.job_id(last_id, "cursor")
 
 
 def _seal(digest: str, order: str, last_id: str) -> str:

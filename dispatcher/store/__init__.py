@@ -6,7 +6,7 @@ from .base import ATTEMPT_OUTCOMES, AttemptRow, AttemptUpdate, DeadFilter, JobRo
 from .open import open_store
 from .queue_settings import QueueSettingsRow
 from .schedules import Advance, ScheduleRow, StaleOccurrence
-from .search import JobQuery, PayloadCondition
+from .search import JobQuery, PayloadCondition, SearchPosition
 
 __all__ = [
     "ATTEMPT_OUTCOMES",
@@ -19,6 +19,7 @@ __all__ = [
     "PayloadCondition",
     "QueueSettingsRow",
     "ScheduleRow",
+    "SearchPosition",
     "StaleOccurrence",
     "Store",
     "StoreUpdate",

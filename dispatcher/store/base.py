@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -18,7 +18,7 @@ from .leftovers import LeftoverQueries
 from .queue_settings import QueueSettingsQueries
 from .retention import RetentionQueries, delete_attempts
 from .schedules import ScheduleQueries
-from .search import JobQuery, SearchQueries
+from .search import JobQuery, SearchPosition, SearchQueries
 
 COLUMNS = (
     "id, type, shard, priority, payload, status, run_at, lease_until, attempts, failures, expirations, "
@@ -591,19 +591,18 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
             return await rows_of(tx, ids)
 
     async def search_jobs(
-        self, query: JobQuery, limit: int, after_id: str = "", *, newest_first: bool = True
+        self, query: JobQuery, limit: int, after: SearchPosition = "", *, newest_first: bool = True
     ) -> list[JobRow]:
-        """Up to ``limit`` rows matching ``query``, by id (newest or oldest first), after ``after_id``
-        in that order."""
+        """Up to ``limit`` rows matching ``query`` (newest or oldest first) after ``after``, the
+        previous page's last row: by id, or with a finished-time range by (finished_at, id)."""
         if query.matches_nothing():
             return []
-        if not newest_first and not after_id and query.finished_after_ms is not None:
-            floor = await self.finished_floor(query)
-            if floor is None:
-                return []
-            if floor > query.min_id:
-                query = replace(query, min_id=floor)
-        sql, params = query.page(self.backend, COLUMNS, limit, after_id, newest_first)
+        if query.in_finished_order:
+            position = after if isinstance(after, tuple) else None
+            sql, params = query.finished_page(self.backend, COLUMNS, limit, position, newest_first)
+        else:
+            after_id = after if isinstance(after, str) else after[1]
+            sql, params = query.page(self.backend, COLUMNS, limit, after_id, newest_first)
         async with self.search_transaction() as tx:
             rows = await tx.execute(sql, params)
         return [JobRow.from_row(r) for r in rows]

@@ -16,7 +16,7 @@ from shardq_common.redaction import redact
 from . import dependencies
 from .base import NEW_JOB_COLUMNS, AttemptUpdate, JobRow, Store, StoreUpdate, Tx, release_waiting
 from .partitions import PartitionQueries
-from .search import COUNT_TIMEOUT_MS, FLOOR_TIMEOUT_MS, SEARCH_TIMEOUT_MS, JobQuery, SearchTooSlow
+from .search import COUNT_TIMEOUT_MS, SEARCH_TIMEOUT_MS, JobQuery, SearchTooSlow
 
 # One statement for a whole batch of status updates (executemany would be a round trip per row);
 # the same rules as base._UPDATE.
@@ -179,34 +179,6 @@ class PostgresStore(PartitionQueries, Store):
                     "(a job type, a state, a time range)"
                 ) from None
             raise
-
-    async def finished_floor(self, query: JobQuery) -> str | None:
-        """The smallest id among the jobs (of the query's types and finished states) that finished
-        at or after its bound: an index-only range of ``jobs_finished`` per (type, state), whose
-        cost grows with the jobs finished since then, so it gives up ("") after FLOOR_TIMEOUT_MS."""
-        assert query.finished_after_ms is not None
-        states = [s for s in ("succeeded", "cancelled", "dead") if not query.statuses or s in query.statuses]
-        types = list(query.types) if query.types is not None else await self.job_types()
-        if not states or not types:
-            return None
-        async with self._connection() as conn, conn.transaction():
-            await conn.execute(f"SET LOCAL statement_timeout = {FLOOR_TIMEOUT_MS}")
-            try:
-                async with conn.transaction():  # a savepoint: a cancelled lookup leaves the rest usable
-                    # One range of the index per (type, state): with the states as one IN list the
-                    # planner drops them (the index's predicate implies them) and reads each type's
-                    # whole range; OFFSET 0 keeps MIN(id) from becoming a walk of the primary key.
-                    parts = " UNION ALL ".join(
-                        f"SELECT id FROM (SELECT id FROM jobs WHERE type = ANY(%s) AND status = %s "
-                        f"AND finished_at >= %s OFFSET 0) AS s{i}"
-                        for i in range(len(states))
-                    )
-                    params = [v for state in states for v in (types, state, query.finished_after_ms)]
-                    cur = await conn.execute(f"SELECT MIN(id) FROM ({parts}) AS finished", params)
-                    row = await cur.fetchone()
-            except psycopg.errors.QueryCanceled:
-                return ""
-        return str(row[0]) if row and row[0] is not None else None
 
     async def count_jobs(self, query: JobQuery) -> tuple[int, bool]:
         """Exact when counting takes under COUNT_TIMEOUT_MS; else the planner's estimate."""

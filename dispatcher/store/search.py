@@ -1,5 +1,8 @@
 """The job search (ListJobs, and the bulk actions that take its filter): one WHERE clause built from
 a validated JobQuery, pages by keyset on the primary key (job ids are time-ordered), and counts.
+A search with a finished-time range pages in the order the jobs finished instead (finished_at, then
+id), the order of ``jobs_finished``: in id order its first page could mean walking past every job
+created before the first one that finished in the range (a job delayed for a week, then run).
 
 Which index serves which condition (migration 0013 and the earlier ones; docs/operations.md has the
 query plans): the order and the created-time range use the primary key (the time is the id's
@@ -40,9 +43,15 @@ COUNT_CAP = 10_000
 SEARCH_TIMEOUT_MS = 5_000
 #: PostgreSQL: an exact count that takes longer gives way to the planner's estimate.
 COUNT_TIMEOUT_MS = 100
-#: PostgreSQL: the lookup of where the jobs finished since a time start (finished_floor) gives up
-#: after this long, and the search walks from the oldest job.
-FLOOR_TIMEOUT_MS = 80
+#: A search in finish-time order reads type by type while its types x finished states are this few.
+MAX_FINISHED_RANGES = 12
+#: The states a job has a finish time in (finished_at is set with them and cleared on a requeue).
+FINISHED_STATES = ("succeeded", "cancelled", "dead")
+
+
+#: Where the previous page ended: its last job's id, or in finish-time order (finished_at, id); ""
+#: before the first page.
+SearchPosition = str | tuple[int, str]
 
 
 class SearchTooSlow(DispatcherError):
@@ -83,6 +92,48 @@ class JobQuery:
 
     def matches_nothing(self) -> bool:
         return self.types is not None and not self.types
+
+    @property
+    def in_finished_order(self) -> bool:
+        """Whether its pages go by finish time (a finished-time range) rather than by id."""
+        return self.finished_after_ms is not None or self.finished_before_ms is not None
+
+    def finished_page(
+        self, backend: str, columns: str, limit: int, after: tuple[int, str] | None, newest_first: bool
+    ) -> tuple[str, list[Any]]:
+        """The statement of one page in finish-time order, after ``after`` (finished_at, id). A few
+        types (types x finished states up to MAX_FINISHED_RANGES) read one range of ``jobs_finished``
+        (type, status, finished_at, id) each, merged, each stopping at the page: exact however rare
+        the types. Any other search walks ``jobs_finished_at`` (finished_at, id) once, checking the
+        rest of the filter on each row: one range per partition, where a range per type, state and
+        partition would cost more than the walk (docs/performance.md)."""
+        order = "DESC" if newest_first else "ASC"
+        states = tuple(s for s in FINISHED_STATES if not self.statuses or s in self.statuses)
+        if not states:
+            return f"SELECT {columns} FROM jobs WHERE FALSE", []
+        if self.types is not None and len(self.types) * len(states) <= MAX_FINISHED_RANGES:
+            slices = [replace(self, types=(t,), statuses=(s,)) for t in self.types for s in states]
+        else:
+            slices = [replace(self, statuses=states)]
+        parts, params = [], []
+        for query in slices:
+            where, values = query.where(backend)
+            if after is not None:
+                where += (
+                    " AND (finished_at, id) < (?, ?)" if newest_first else " AND (finished_at, id) > (?, ?)"
+                )
+                values += list(after)
+            parts.append(
+                f"SELECT {columns} FROM jobs WHERE {where} ORDER BY finished_at {order}, id {order} LIMIT ?"
+            )
+            params += [*values, limit]
+        if len(parts) == 1:
+            return parts[0], params
+        merged = " UNION ALL ".join(f"SELECT * FROM ({part}) AS p{i}" for i, part in enumerate(parts))
+        return f"SELECT * FROM ({merged}) AS merged ORDER BY finished_at {order}, id {order} LIMIT ?", [
+            *params,
+            limit,
+        ]
 
     def page(
         self, backend: str, columns: str, limit: int, after_id: str, newest_first: bool
@@ -221,13 +272,6 @@ class SearchQueries:
         async with self.transaction() as tx:
             rows = await tx.execute(_TYPES, (MAX_TYPES,))
         return [str(r[0]) for r in rows]
-
-    async def finished_floor(self, query: JobQuery) -> str | None:
-        """A lower bound of the ids of the jobs that finished at or after ``query.finished_after_ms``
-        ("" when it is not known; None when no job did), for a search oldest first: without it the
-        walk starts at the oldest job, though the jobs that finished lately were mostly created
-        lately. Here: unknown; PostgreSQL looks it up in ``jobs_finished`` within a time bound."""
-        return ""
 
     async def search_ids(
         self, query: JobQuery, limit: int, after_id: str = ""

@@ -101,9 +101,11 @@ def test_each_filter_selects_exactly_its_jobs(dispatcher, db_url):
         assert found(created_after=t0 / 1000, created_before=t1 / 1000) == set(charges) | {refund}
         assert found(finished_after=t1 / 1000) == {charges[1], charges[0]}
         assert found(finished_before=t1 / 1000 + 0.001) == {charges[1]}
-        # Oldest first, PostgreSQL starts at the first job that finished since (finished_floor).
+        # With a finished-time range, the order is the order they finished: charges[1] died at t1,
+        # charges[0] was cancelled after.
         since = JobFilter(finished_after=t1 / 1000)
-        assert _ids(client, since, oldest_first=True) == sorted([charges[0], charges[1]])
+        assert _ids(client, since, oldest_first=True) == [charges[1], charges[0]]
+        assert _ids(client, since) == [charges[0], charges[1]]
         assert _ids(client, JobFilter(finished_after=time.time() + 3600), oldest_first=True) == []
         assert found(idempotency_key="refund-7") == {refund}
         assert found(idempotency_key="refund-7", types=("email.send",)) == set()
@@ -154,6 +156,43 @@ def test_pages_stay_stable_while_jobs_are_added_in_both_orders(dispatcher):
             else:  # newest first: what existed at the first page, nothing added since
                 assert seen == sorted(before, reverse=True)
             before = sorted(set(before) | set(added))
+
+
+def test_a_finished_time_range_pages_in_the_order_the_jobs_finished(dispatcher, db_url):
+    """By finish time, then id: a job created first but finished last (delayed, then run) comes
+    last oldest first, jobs that finished in the same millisecond keep their id order, and a page
+    boundary inside such a tie loses and repeats nothing."""
+    with Client(dispatcher.target) as client:
+        jobs = [client.enqueue(f"done.t{i % 2}", {"i": i}, delay=3600) for i in range(9)]
+        t = wall_ms() - 60_000
+        # (status, finished_at) per job: the oldest job finished last; jobs 2..6 in one millisecond.
+        finished = [("succeeded", t + 50)] + [("dead", t + 1)] + [("succeeded", t + 10)] * 5
+        finished += [("cancelled", t + 20), ("succeeded", t + 5)]
+        for job_id, (status, at) in zip(jobs, finished, strict=True):
+            query(db_url, "UPDATE jobs SET status = ?, finished_at = ? WHERE id = ?", (status, at, job_id))
+        by_finish = [j for _, j in sorted((at, j) for j, (_, at) in zip(jobs, finished, strict=True))]
+        since = JobFilter(finished_after=t / 1000)
+        assert _ids(client, since, oldest_first=True) == by_finish
+        assert _ids(client, since) == by_finish[::-1]
+        assert _ids(client, JobFilter(finished_after=t / 1000, types=("done.t0",)), oldest_first=True) == [
+            j for j in by_finish if jobs.index(j) % 2 == 0
+        ]
+        assert _ids(client, JobFilter(finished_after=t / 1000, statuses=("succeeded",))) == [
+            j for j in by_finish[::-1] if finished[jobs.index(j)][0] == "succeeded"
+        ]
+        until = JobFilter(finished_after=t / 1000, finished_before=(t + 20) / 1000)
+        assert _ids(client, until, oldest_first=True) == [
+            j for j in by_finish if finished[jobs.index(j)][1] < t + 20
+        ]
+        # A cursor holds the finish time; one of an id-ordered search of the same types is refused.
+        page = client.list_jobs(since, limit=2)
+        other = client.list_jobs(JobFilter(types=("done.t0",)), limit=2)
+        assert _code(lambda: client.list_jobs(since, limit=2, cursor=other.next_cursor))[0] == (
+            grpc.StatusCode.INVALID_ARGUMENT
+        )
+        assert [j.id for j in client.list_jobs(since, limit=2, cursor=page.next_cursor).jobs] == by_finish[
+            ::-1
+        ][2:4]
 
 
 def test_cursors_page_bounds_and_bad_filters_are_refused_naming_the_field(dispatcher):
