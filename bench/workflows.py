@@ -20,7 +20,8 @@ the status writer's batch (its flush interval), the resolution, the push, the le
 of the dependencies' results that goes with it.
 
 First (``--store-rounds``, 0 to skip), what the edge lookup adds to the status writer's batches for
-jobs nothing waits for, which every user pays.
+jobs nothing waits for, which every user pays; then (``--wide``, 0 to skip) the status batch that
+ends one job 20,000 jobs wait for.
 """
 
 from __future__ import annotations
@@ -141,6 +142,41 @@ async def _resolution_share(db_url: str, rounds: int, batch: int) -> None:
     )
 
 
+async def _wide_release(db_url: str, dependents: int) -> None:
+    """A status batch that records the end of one job ``dependents`` waiting jobs wait for (a fan-out
+    as wide as an import that releases a job per customer): the batch's seconds, in which that
+    process's other status writes wait, and how many it released."""
+    store = await open_store(db_url)
+    await store.migrate()
+    released: list[str] = []
+    store.on_resolved = lambda promoted, cancelled: released.extend(r.id for r in promoted)
+    try:
+        now = wall_ms()
+        row = JobRow("wide-root", "bench", 0, 1, b"", "leased", now, now + 60_000, 1, 0, 0, 5, 60_000,
+                     None, None, None, None, now, now, None, now)  # fmt: skip
+        waiting = [
+            JobRow(f"wide-{i:06d}", "bench", 0, 1, b"", "waiting", now, None, 0, 0, 0, 5, 60_000,
+                   None, None, None, None, now, None, None, now, deps_remaining=1)
+            for i in range(dependents)
+        ]  # fmt: skip
+        await store.insert_jobs([row])
+        await store.insert_graph(
+            waiting, [dependencies.Edge(w.id, row.id) for w in waiting], lambda t: True, str
+        )
+        began = time.perf_counter()
+        await store.apply_updates(
+            [StoreUpdate(row.id, "succeeded", attempts=1, finished_at=now, result=b"r")]
+        )
+        seconds = time.perf_counter() - began
+    finally:
+        await store.close()
+    print(
+        f"status batch finishing one job {dependents:,} jobs wait for: {seconds:.2f} s, "
+        f"{len(released):,} released",
+        flush=True,
+    )
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -156,6 +192,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--store-rounds", type=int, default=10, help="0: skip the status batch's cost")
     parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument(
+        "--wide", type=int, default=20_000, help="dependents of the one job the wide release ends (0: skip)"
+    )
     parser.add_argument("--worker", nargs=2, metavar=("TARGET", "LEDGER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -173,6 +212,8 @@ def main() -> None:
     try:
         if args.store_rounds:
             asyncio.run(_resolution_share(database.url, args.store_rounds, args.batch))
+        if args.wide:
+            asyncio.run(_wide_release(database.url, args.wide))
         dispatcher.start()
         worker = subprocess.Popen(
             [sys.executable, "-m", "bench.workflows", "--worker", dispatcher.target, str(ledger)],

@@ -395,12 +395,13 @@ class Client(_ClientOptions):
         with_total: bool = False,
     ) -> JobPage:
         """One page of the jobs ``job_filter`` selects (every job without one), newest first unless
-        ``oldest_first``. ``limit``: the page size, at most 500. ``cursor``: the previous page's
-        ``next_cursor`` (same filter and order), for the next page; pages stay stable while jobs
-        are added. ``max_payload_bytes``: payload and result bytes returned per job (0: 1024; at
-        most 65536; ``JobInfo.truncated`` says when one was cut). ``with_total``: count the matches
-        too (exact when cheap, else an estimate: ``JobPage.total_exact``). A token scoped to some
-        job types sees only their jobs."""
+        ``oldest_first``: by creation, or with a finished-time range by finish time. ``limit``:
+        the page size, at most 500. ``cursor``: the previous page's ``next_cursor`` (same filter
+        and order), for the next page; pages stay stable while jobs are added.
+        ``max_payload_bytes``: payload and result bytes returned per job (0: 1024; at most 65536;
+        ``JobInfo.truncated`` says when one was cut). ``with_total``: count the matches too (exact
+        when cheap, else an estimate: ``JobPage.total_exact``). A token scoped to some job types
+        sees only their jobs."""
         return self._send(
             calls.list_jobs(job_filter, limit, cursor, oldest_first, max_payload_bytes, with_total)
         )

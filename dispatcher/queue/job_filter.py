@@ -71,11 +71,10 @@ class SearchFilter:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def needs_known_types(self, scoped: bool) -> bool:
-        """Whether ``resolve`` reads the DB's job types: for patterns, a type scope, or an
-        idempotency key or dead reason without a type (each is an index whose first column is the
-        type: ``jobs_idem_key``, ``jobs_dead``; the page is read type by type)."""
-        by_type = self.query.idem_key or self.query.dead_reason
-        return bool(self.patterns or scoped or (by_type and not self.types))
+        """Whether ``resolve`` reads the DB's job types: for patterns or a type scope. An
+        idempotency key or a dead reason without a type needs none: each has an index of its own
+        (migration 0019), where reading type by type costs a scan per type and partition."""
+        return bool(self.patterns or scoped)
 
     def resolve(self, known_types: Iterable[str], may_use: Callable[[str], bool], scoped: bool) -> JobQuery:
         """The query with its types made exact: those named, or those of the DB matching a pattern,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from shardq_common.clock import wall_ms
 from shardq_common.errors import ConfigError, StoreUnavailable
@@ -336,6 +336,17 @@ async def release_waiting(
     return await rows_of(tx, resolution.promoted), resolution.cancelled
 
 
+class StoreConflict(StoreUnavailable):
+    """The DB aborted the transaction to break a deadlock with another one (PostgreSQL's deadlock
+    victim, or a serialization failure): it committed nothing, and it can run again."""
+
+
+T = TypeVar("T")
+
+#: How many times a transaction that can lose a deadlock runs before StoreConflict reaches the caller.
+CONFLICT_ATTEMPTS = 3
+
+
 class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQueries, SearchQueries, abc.ABC):
     """Job rows and shard epochs. Every method is one transaction."""
 
@@ -354,6 +365,19 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
 
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+    async def _again_on_conflict(self, transaction: Callable[[], Awaitable[T]]) -> T:
+        """Run ``transaction`` again when the DB aborted it to break a deadlock. Those that resolve
+        dependencies lock the dependents along the graph (a cancel's cascade from the job it
+        cancels, a status batch from the jobs it finished), so two of them can take the same rows in
+        opposite orders; the second run finds the other one committed."""
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+            try:
+                return await transaction()
+            except StoreConflict:
+                if attempt == CONFLICT_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
 
     # -- schema --------------------------------------------------------------------
 
@@ -568,11 +592,13 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
     async def resolve_stale(self, shard: int) -> int:
         """The reconciler's safety net (issue 21): resolve the open edges of the shard's waiting jobs
         on jobs that finished or are gone. Returns how many dependencies it resolved."""
-        async with self.transaction() as tx:
-            stale = await dependencies.stale_waiting(tx, shard)
-            if not stale:
-                return 0
-            released = await release_waiting(tx, stale)
+
+        async def resolve() -> tuple[list[str], tuple[list[JobRow], list[str]]]:
+            async with self.transaction() as tx:
+                stale = await dependencies.stale_waiting(tx, shard)
+                return stale, (await release_waiting(tx, stale) if stale else ([], []))
+
+        stale, released = await self._again_on_conflict(resolve)
         self._resolved(*released)
         return len(stale)
 
@@ -667,17 +693,19 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
         """Cancel a job Redis does not hold (its row is the only copy) unless its row says it has
         finished. Returns its status after: "cancelled", or the one it finished with; None without
         a row."""
-        async with self.transaction() as tx:
-            rows = await tx.execute(
-                "UPDATE jobs SET status = 'cancelled', finished_at = ?, updated_at = ? WHERE id = ? "
-                "AND status IN ('delayed', 'ready', 'leased', 'waiting') RETURNING status",
-                (wall_ms(), wall_ms(), job_id),
-            )
-            released: tuple[list[JobRow], list[str]] = ([], [])
-            if rows:  # what waits for it under 'fail' is cancelled too; under 'ignore', released
-                released = await release_waiting(tx, [job_id])
-            else:
-                rows = await tx.execute("SELECT status FROM jobs WHERE id = ?", (job_id,))
+
+        async def cancel() -> tuple[list[tuple[Any, ...]], tuple[list[JobRow], list[str]]]:
+            async with self.transaction() as tx:
+                rows = await tx.execute(
+                    "UPDATE jobs SET status = 'cancelled', finished_at = ?, updated_at = ? WHERE id = ? "
+                    "AND status IN ('delayed', 'ready', 'leased', 'waiting') RETURNING status",
+                    (wall_ms(), wall_ms(), job_id),
+                )
+                if rows:  # what waits for it under 'fail' is cancelled too; under 'ignore', released
+                    return rows, await release_waiting(tx, [job_id])
+                return await tx.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)), ([], [])
+
+        rows, released = await self._again_on_conflict(cancel)
         self._resolved(*released)
         return str(rows[0][0]) if rows else None
 

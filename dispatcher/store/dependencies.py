@@ -183,31 +183,42 @@ async def resolve(tx: Tx, finished: Iterable[str], now: int | None = None) -> Re
         if not resolved:
             break
         frontier = []
+        # One statement per group of dependents that lose as many edges (and, cancelled, for the
+        # same reason), not one per dependent: a job thousands of jobs wait for releases them in a
+        # few statements. Each dependent's row lock is taken by the statement, which then reads its
+        # latest count, so of two transactions releasing it the second sees zero, as before.
+        cancels: dict[tuple[int, str], list[str]] = defaultdict(list)
+        releases: dict[int, list[str]] = defaultdict(list)
         for job_id in sorted(resolved):
             count, failed = resolved[job_id]
             if failed:
+                cancels[count, failed].append(job_id)
+            else:
+                releases[count].append(job_id)
+        for (count, failed), ids in cancels.items():
+            for chunk in _chunks(ids):
                 rows = await tx.execute(
                     "UPDATE jobs SET status = 'cancelled', deps_remaining = deps_remaining - ?, "
-                    "last_error = ?, finished_at = ?, updated_at = ? WHERE id = ? AND status = 'waiting' "
-                    "RETURNING id",
-                    (count, f"{DEPENDENCY_FAILED}: {failed}", now, now, job_id),
+                    "last_error = ?, finished_at = ?, updated_at = ? "
+                    f"WHERE id IN ({_marks(len(chunk))}) AND status = 'waiting' RETURNING id",
+                    (count, f"{DEPENDENCY_FAILED}: {failed}", now, now, *chunk),
                 )
-                if rows:
-                    out.cancelled.append(job_id)
-                    frontier.append(job_id)
-                continue
-            rows = await tx.execute(
-                "UPDATE jobs SET deps_remaining = deps_remaining - ? WHERE id = ? AND status = 'waiting' "
-                "RETURNING deps_remaining",
-                (count, job_id),
-            )
-            if rows and int(rows[0][0]) <= 0:
-                await tx.execute(
-                    "UPDATE jobs SET status = CASE WHEN run_at > ? THEN 'delayed' ELSE 'ready' END, "
-                    "updated_at = ? WHERE id = ?",
-                    (now, now, job_id),
+                cancelled = sorted(str(r[0]) for r in rows)
+                out.cancelled += cancelled
+                frontier += cancelled
+        for count, ids in releases.items():
+            for chunk in _chunks(ids):
+                # The last edge leaves 'waiting' in the same statement (each SET reads the row as it
+                # was: deps_remaining > count means some are left).
+                rows = await tx.execute(
+                    "UPDATE jobs SET deps_remaining = deps_remaining - ?, "
+                    "status = CASE WHEN deps_remaining > ? THEN status "
+                    "WHEN run_at > ? THEN 'delayed' ELSE 'ready' END, "
+                    "updated_at = CASE WHEN deps_remaining > ? THEN updated_at ELSE ? END "
+                    f"WHERE id IN ({_marks(len(chunk))}) AND status = 'waiting' RETURNING id, status",
+                    (count, count, now, count, now, *chunk),
                 )
-                out.promoted.append(job_id)
+                out.promoted += sorted(str(r[0]) for r in rows if r[1] != WAITING)
     return out
 
 

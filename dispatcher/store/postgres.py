@@ -14,7 +14,16 @@ from shardq_common.errors import StoreUnavailable
 from shardq_common.redaction import redact
 
 from . import dependencies
-from .base import NEW_JOB_COLUMNS, AttemptUpdate, JobRow, Store, StoreUpdate, Tx, release_waiting
+from .base import (
+    NEW_JOB_COLUMNS,
+    AttemptUpdate,
+    JobRow,
+    Store,
+    StoreConflict,
+    StoreUpdate,
+    Tx,
+    release_waiting,
+)
 from .partitions import PartitionQueries
 from .search import COUNT_TIMEOUT_MS, SEARCH_TIMEOUT_MS, JobQuery, SearchTooSlow
 
@@ -136,6 +145,10 @@ class _PgTx(Tx):
                 await copy.write_row(row)
 
 
+#: SQLSTATEs of a transaction the server aborted to resolve a conflict: deadlock, serialization.
+_CONFLICTS = ("40P01", "40001")
+
+
 class PostgresStore(PartitionQueries, Store):
     backend = "postgres"
 
@@ -157,6 +170,8 @@ class PostgresStore(PartitionQueries, Store):
             async with self.pool.connection() as conn:
                 yield conn
         except (psycopg.OperationalError, PoolTimeout) as exc:
+            if getattr(exc, "sqlstate", None) in _CONFLICTS:  # an OperationalError too, but no outage
+                raise StoreConflict(f"transaction aborted by a conflict with another: {exc}") from exc
             raise StoreUnavailable(f"database unavailable: {exc}") from exc
 
     @asynccontextmanager
@@ -239,21 +254,24 @@ class PostgresStore(PartitionQueries, Store):
             [u.rate_limited for u in rows],
             [u.worker for u in rows],
         ]
-        released: tuple[list[JobRow], list[str]] = ([], [])
-        async with self.transaction(durable=False) as tx:
-            if attempts:
-                by_column = [list(c) for c in zip(*(a.values() for a in attempts), strict=True)]
-                await tx.execute(_UPSERT_ATTEMPTS, by_column)
-            if progress:
-                await tx.execute(_PROGRESS_MANY, [[p[0] for p in progress], [p[1] for p in progress]])
-            if rows:
+
+        async def write() -> tuple[list[JobRow], list[str]]:
+            async with self.transaction(durable=False) as tx:
+                if attempts:
+                    by_column = [list(c) for c in zip(*(a.values() for a in attempts), strict=True)]
+                    await tx.execute(_UPSERT_ATTEMPTS, by_column)
+                if progress:
+                    await tx.execute(_PROGRESS_MANY, [[p[0] for p in progress], [p[1] for p in progress]])
+                if not rows:
+                    return [], []
                 now = wall_ms()
                 await tx.execute(_UPDATE_MANY, [now, *columns])
                 # Issue 21: as base.Store.apply_updates, in the transaction that records the ends.
-                released = await release_waiting(
+                return await release_waiting(
                     tx, [u.id for u in rows if u.status in dependencies.TERMINAL], now
                 )
-        self._resolved(*released)  # after the commit
+
+        self._resolved(*await self._again_on_conflict(write))  # after the commit
 
     supports_sql_enqueue = True
 

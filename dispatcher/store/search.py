@@ -1,17 +1,18 @@
 """The job search (ListJobs, and the bulk actions that take its filter): one WHERE clause built from
 a validated JobQuery, pages by keyset on the primary key (job ids are time-ordered), and counts.
 A search with a finished-time range pages in the order the jobs finished instead (finished_at, then
-id), the order of ``jobs_finished``: in id order its first page could mean walking past every job
-created before the first one that finished in the range (a job delayed for a week, then run).
+id): in id order its first page could mean walking past every job created before the first one
+that finished in the range (a job delayed for a week, then run).
 
-Which index serves which condition (migration 0013 and the earlier ones; docs/operations.md has the
-query plans): the order and the created-time range use the primary key (the time is the id's
-prefix); job types, exact or resolved from patterns and scopes, ``jobs_type_id`` (type, id); the
-dead-letter reason ``jobs_dead``; the schedule ``jobs_schedule_id``; the idempotency key
-``jobs_idem_key`` (on PostgreSQL, ``job_idem_keys_key`` of migration 0015); finished-time ranges
-``jobs_finished``. Error text and payload fields are conditions checked row by row along one of
-those; an operator adds an expression index for the payload fields their searches use
-(docs/operations.md).
+Which index serves which condition (migrations 0013, 0019 and the earlier ones; docs/operations.md
+has the query plans): the order and the created-time range use the primary key (the time is the
+id's prefix); job types, exact or resolved from patterns and scopes, ``jobs_type_id`` (type, id);
+the dead-letter reason ``jobs_dead`` with types, ``jobs_dead_reason`` without; the schedule
+``jobs_schedule_id``; the idempotency key ``jobs_idem_key`` with a type, ``job_idem_keys_key``
+(PostgreSQL) or ``jobs_idem_key_alone`` (SQLite) without; finished-time ranges ``jobs_finished``
+for a few types, ``jobs_finished_at`` otherwise. Error text and payload fields are conditions
+checked row by row along one of those; an operator adds an expression index for the payload fields
+their searches use (docs/operations.md).
 
 Payloads are bytes. A payload condition holds only for a payload that is a JSON object with that
 field and value: any other payload (not UTF-8, not JSON, a JSON array or scalar) never matches, and
