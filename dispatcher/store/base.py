@@ -369,8 +369,9 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
     async def _again_on_conflict(self, transaction: Callable[[], Awaitable[T]]) -> T:
         """Run ``transaction`` again when the DB aborted it to break a deadlock. Those that resolve
         dependencies lock the dependents along the graph (a cancel's cascade from the job it
-        cancels, a status batch from the jobs it finished), so two of them can take the same rows in
-        opposite orders; the second run finds the other one committed."""
+        cancels, a status batch from the jobs it finished, an enqueue from the dependencies it
+        names), so two of them can take the same rows in opposite orders; the second run finds the
+        other one committed."""
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
             try:
                 return await transaction()
@@ -475,31 +476,38 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
         ``on_resolved``).
         ``blocks``: edges from existing waiting jobs to new rows (dependencies.extend_waiting)."""
         new_ids = {r.id for r in rows}
-        async with self.transaction() as tx:
-            await dependencies.check_dependencies(
-                tx, sorted({e.depends_on_id for e in edges} - new_ids), may_use, name_of
-            )
-            results = await _insert_rows(tx, rows)
-            actual = {r.id: job_id for r, (job_id, _) in zip(rows, results, strict=True)}
-            created = {job_id for job_id, new in results if new}
-            # A job whose idempotency key existed is not created: its edges are not either, and the
-            # jobs of the batch that named it wait for the existing job instead.
-            kept = dependencies.distinct_edges(
-                Edge(e.job_id, actual.get(e.depends_on_id, e.depends_on_id), e.on_failure)
-                for e in edges
-                if e.job_id in created
-            )
-            await dependencies.insert_edges(tx, kept)
-            # Counted from the edges kept: two dependencies of a job can turn out to be one job
-            # (idempotency keys).
-            await dependencies.count_edges(tx, kept)
-            # Waiting jobs that get a new job as one more dependency (``blocks``: a batch grown
-            # from inside), unless its idempotency key existed.
-            await dependencies.extend_waiting(
-                tx, [e for e in blocks if e.depends_on_id in created], may_use, name_of
-            )
-            # Dependencies finished before this commit resolve now, as if they had just finished.
-            released = await release_waiting(tx, {e.depends_on_id for e in kept})
+
+        async def insert() -> tuple[
+            list[tuple[str, bool]], set[str], list[Edge], tuple[list[JobRow], list[str]]
+        ]:
+            async with self.transaction() as tx:
+                await dependencies.check_dependencies(
+                    tx, sorted({e.depends_on_id for e in edges} - new_ids), may_use, name_of
+                )
+                results = await _insert_rows(tx, rows)
+                actual = {r.id: job_id for r, (job_id, _) in zip(rows, results, strict=True)}
+                created = {job_id for job_id, new in results if new}
+                # A job whose idempotency key existed is not created: its edges are not either, and
+                # the jobs of the batch that named it wait for the existing job instead.
+                kept = dependencies.distinct_edges(
+                    Edge(e.job_id, actual.get(e.depends_on_id, e.depends_on_id), e.on_failure)
+                    for e in edges
+                    if e.job_id in created
+                )
+                await dependencies.insert_edges(tx, kept)
+                # Counted from the edges kept: two dependencies of a job can turn out to be one job
+                # (idempotency keys).
+                await dependencies.count_edges(tx, kept)
+                # Waiting jobs that get a new job as one more dependency (``blocks``: a batch grown
+                # from inside), unless its idempotency key existed.
+                await dependencies.extend_waiting(
+                    tx, [e for e in blocks if e.depends_on_id in created], may_use, name_of
+                )
+                # Dependencies finished before this commit resolve now, as if they had just finished.
+                released = await release_waiting(tx, {e.depends_on_id for e in kept})
+            return results, created, kept, released
+
+        results, created, kept, released = await self._again_on_conflict(insert)
         self._resolved(*released)
         waiting = {e.job_id for e in kept}
         # The waiting ones released at once (their dependencies had finished) go to on_resolved,

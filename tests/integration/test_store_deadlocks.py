@@ -1,10 +1,10 @@
 """A transaction that loses a deadlock runs again (PostgreSQL: when two transactions lock the same
 rows in opposite orders, the one whose wait is checked first is aborted). The transactions that
-resolve dependencies lock dependents along the graph: a cancel from the job it cancels, a status
-batch from the jobs it finished, so a cancel's cascade and a status batch releasing the same jobs
-can meet that way. Here another connection takes the rows in the opposite order; its own deadlock
-check is put off, so the store's transaction is the one aborted, and it must commit on its next run
-instead of reporting the database unavailable."""
+resolve dependencies lock jobs along the graph: a cancel from the job it cancels, a status batch
+from the jobs it finished, an enqueue from the dependencies it names, so a cancel's cascade and a
+status batch releasing the same jobs, say, can meet that way. Here another connection takes the
+rows in the opposite order; its own deadlock check is put off, so the store's transaction is the
+one aborted, and it must commit on its next run instead of reporting the database unavailable."""
 
 from __future__ import annotations
 
@@ -86,5 +86,21 @@ async def test_a_status_batch_that_loses_a_deadlock_runs_again(db_url: str) -> N
         async with store.transaction() as tx:
             rows = await tx.execute("SELECT id, status FROM jobs ORDER BY id")
         assert rows == [("w", "ready"), ("x", "succeeded")]
+    finally:
+        await store.close()
+
+
+async def test_an_enqueue_naming_dependencies_that_loses_a_deadlock_runs_again(db_url: str) -> None:
+    store = await open_store(db_url)
+    try:
+        await store.migrate()
+        # An enqueue that names d1 and d2 locks them in id order: d1, then d2.
+        await store.insert_jobs([_row("d1"), _row("d2")])
+        enqueue = store.insert_graph([_row("n", 2)], [Edge("n", "d1"), Edge("n", "d2")], lambda t: True, str)
+        results, _ = await _lock_in_opposite_order(db_url, "d2", "d1", enqueue)  # type: ignore[misc]
+        assert results == [("n", True)]
+        async with store.transaction() as tx:
+            rows = await tx.execute("SELECT job_id, depends_on_id FROM job_dependencies ORDER BY 2")
+        assert rows == [("n", "d1"), ("n", "d2")]
     finally:
         await store.close()
