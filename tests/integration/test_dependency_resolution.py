@@ -18,25 +18,17 @@ from hypothesis import strategies as st
 
 from dispatcher.store import JobRow, StoreUpdate, open_store
 from dispatcher.store.dependencies import Edge
+from tests.support.db import graph_row
 
 ROOT = Path(__file__).resolve().parents[2]
 _ids = itertools.count()
-
-
-def _row(job_id: str, waits: int = 0) -> JobRow:
-    return JobRow(
-        id=job_id, type="t", shard=0, priority=1, payload=b"{}", status="waiting" if waits else "ready",
-        run_at=1, lease_until=None, attempts=0, failures=0, expirations=0, max_attempts=5,
-        lease_ttl_ms=60_000, idem_key=None, last_error=None, dead_reason=None, result=None,
-        enqueued_at=1, started_at=None, finished_at=None, updated_at=1, deps_remaining=waits,
-    )  # fmt: skip
 
 
 # One process: at the given wall instant, record the ends of these jobs in one status batch and
 # print the ids that batch released.
 _FINISHER = """
 import asyncio, json, sys, time
-from dispatcher.store import StoreUpdate, open_store
+from dispatcher.store import JobRow, StoreUpdate, open_store
 
 async def main(url, at, ids):
     store = await open_store(url)
@@ -60,7 +52,7 @@ async def test_two_processes_finishing_the_last_two_dependencies_at_once_promote
             left = [f"r{round_}-left-{i:03d}" for i in range(n)]
             right = [f"r{round_}-right-{i:03d}" for i in range(n)]
             waiting = [f"r{round_}-wait-{i:03d}" for i in range(n)]
-            rows = [*map(_row, left), *map(_row, right), *(_row(w, 2) for w in waiting)]
+            rows = [*map(graph_row, left), *map(graph_row, right), *(graph_row(w, 2) for w in waiting)]
             edges = [e for i, w in enumerate(waiting) for e in (Edge(w, left[i]), Edge(w, right[i]))]
             await store.insert_graph(rows, edges, lambda t: True, str)
             at = time.time() + 1.5  # both processes connected and waiting by then
@@ -133,7 +125,7 @@ async def _run_graph(url: str, graph: tuple[int, list[tuple[int, int, str]], lis
             cancelled_by_deps.extend(cancelled)
 
         store.on_resolved = on_resolved
-        rows = [_row(ids[j], len(deps[j])) for j in range(n)]
+        rows = [graph_row(ids[j], len(deps[j])) for j in range(n)]
         await store.insert_graph(rows, [Edge(ids[j], ids[d], p) for j, d, p in edges], lambda t: True, str)
         finished: dict[int, str] = {}
         runnable = [j for j in range(n) if not deps[j]]

@@ -13,20 +13,12 @@ import asyncio
 import psycopg
 import pytest
 
-from dispatcher.store import JobRow, StoreUpdate, open_store
+from dispatcher.store import StoreUpdate, open_store
 from dispatcher.store.dependencies import Edge
+from tests.support.db import graph_row
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
-
-
-def _row(job_id: str, waits: int = 0) -> JobRow:
-    return JobRow(
-        id=job_id, type="t", shard=0, priority=1, payload=b"{}", status="waiting" if waits else "ready",
-        run_at=1, lease_until=None, attempts=0, failures=0, expirations=0, max_attempts=5,
-        lease_ttl_ms=60_000, idem_key=None, last_error=None, dead_reason=None, result=None,
-        enqueued_at=1, started_at=None, finished_at=None, updated_at=1, deps_remaining=waits,
-    )  # fmt: skip
 
 
 async def _a_backend_waits_for_a_lock(monitor: psycopg.AsyncConnection[object]) -> bool:
@@ -62,7 +54,7 @@ async def test_a_cancel_that_loses_a_deadlock_runs_again(db_url: str) -> None:
     try:
         await store.migrate()
         # Cancelling q locks q, then cancels p (which waits for q under 'fail').
-        await store.insert_graph([_row("q"), _row("p", 1)], [Edge("p", "q")], lambda t: True, str)
+        await store.insert_graph([graph_row("q"), graph_row("p", 1)], [Edge("p", "q")], lambda t: True, str)
         outcome = await _lock_in_opposite_order(db_url, "p", "q", store.set_cancelled("q"))
         assert outcome == "cancelled"
         async with store.transaction() as tx:
@@ -79,7 +71,7 @@ async def test_a_status_batch_that_loses_a_deadlock_runs_again(db_url: str) -> N
     try:
         await store.migrate()
         # Recording x's end locks x, then releases w (which waits for x).
-        await store.insert_graph([_row("x"), _row("w", 1)], [Edge("w", "x")], lambda t: True, str)
+        await store.insert_graph([graph_row("x"), graph_row("w", 1)], [Edge("w", "x")], lambda t: True, str)
         batch = store.apply_updates([StoreUpdate("x", "succeeded", finished_at=1, result=b"r")])
         await _lock_in_opposite_order(db_url, "w", "x", batch)
         assert released == ["w"]
@@ -95,8 +87,10 @@ async def test_an_enqueue_naming_dependencies_that_loses_a_deadlock_runs_again(d
     try:
         await store.migrate()
         # An enqueue that names d1 and d2 locks them in id order: d1, then d2.
-        await store.insert_jobs([_row("d1"), _row("d2")])
-        enqueue = store.insert_graph([_row("n", 2)], [Edge("n", "d1"), Edge("n", "d2")], lambda t: True, str)
+        await store.insert_jobs([graph_row("d1"), graph_row("d2")])
+        enqueue = store.insert_graph(
+            [graph_row("n", 2)], [Edge("n", "d1"), Edge("n", "d2")], lambda t: True, str
+        )
         results, _ = await _lock_in_opposite_order(db_url, "d2", "d1", enqueue)  # type: ignore[misc]
         assert results == [("n", True)]
         async with store.transaction() as tx:

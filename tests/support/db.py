@@ -8,6 +8,8 @@ from typing import Any
 
 import psycopg
 
+from dispatcher.store import JobRow
+
 
 def query(db_url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """Run one statement (``?`` placeholders) and return its rows."""
@@ -24,3 +26,14 @@ def query(db_url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any
 def statuses(db_url: str, ids: list[str]) -> dict[str, str]:
     marks = ", ".join("?" * len(ids))
     return dict(query(db_url, f"SELECT id, status FROM jobs WHERE id IN ({marks})", tuple(ids)))  # noqa: S608
+
+
+def graph_row(job_id: str, waits: int = 0) -> JobRow:
+    """A row for Store.insert_graph: type "t", shard 0, 'waiting' for ``waits`` dependencies, or
+    'ready' without any."""
+    return JobRow(
+        id=job_id, type="t", shard=0, priority=1, payload=b"{}", status="waiting" if waits else "ready",
+        run_at=1, lease_until=None, attempts=0, failures=0, expirations=0, max_attempts=5,
+        lease_ttl_ms=60_000, idem_key=None, last_error=None, dead_reason=None, result=None,
+        enqueued_at=1, started_at=None, finished_at=None, updated_at=1, deps_remaining=waits,
+    )  # fmt: skip
