@@ -285,10 +285,7 @@ async def _time_filters(db_url: str, label: str, only: set[str] | None = None) -
 
 async def _plan(store: PostgresStore, query: Any, newest_first: bool) -> str:
     """The plan's node under the Limit: the index it walks, or the merge of one scan per type."""
-    if query.in_finished_order:
-        sql, params = query.finished_page("postgres", "id, finished_at", PAGE, None, newest_first)
-    else:
-        sql, params = query.page("postgres", "id", PAGE, "", newest_first)
+    sql, params = query.page_statement("postgres", "id, finished_at", PAGE, "", newest_first)
     async with store.transaction() as tx:
         rows = await tx.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
 

@@ -342,6 +342,8 @@ class StoreConflict(StoreUnavailable):
 
 
 T = TypeVar("T")
+#: What a transaction released out of 'waiting' (the rows, to push) and cancelled (the ids).
+Released = tuple[list[JobRow], list[str]]
 
 #: How many times a transaction that can lose a deadlock runs before StoreConflict reaches the caller.
 CONFLICT_ATTEMPTS = 3
@@ -366,19 +368,25 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
     @abc.abstractmethod
     async def close(self) -> None: ...
 
-    async def _again_on_conflict(self, transaction: Callable[[], Awaitable[T]]) -> T:
-        """Run ``transaction`` again when the DB aborted it to break a deadlock. Those that resolve
-        dependencies lock the dependents along the graph (a cancel's cascade from the job it
-        cancels, a status batch from the jobs it finished, an enqueue from the dependencies it
-        names), so two of them can take the same rows in opposite orders; the second run finds the
-        other one committed."""
+    async def _resolving(
+        self, body: Callable[[Tx], Awaitable[tuple[T, Released]]], *, durable: bool = True
+    ) -> T:
+        """Run ``body`` in a transaction that may release or cancel waiting jobs, tell
+        ``on_resolved`` what it released once it has committed, and return the rest of what it
+        returned. Run again when the DB aborted it to break a deadlock: such transactions lock jobs
+        along the graph (a cancel's cascade from the job it cancels, a status batch from the jobs it
+        finished, an enqueue from the dependencies it names), so two of them can take the same rows
+        in opposite orders; the second run finds the other one committed."""
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
             try:
-                return await transaction()
+                async with self.transaction(durable=durable) as tx:
+                    value, released = await body(tx)
+                break
             except StoreConflict:
                 if attempt == CONFLICT_ATTEMPTS:
                     raise
-        raise AssertionError("unreachable")
+        self._resolved(*released)
+        return value
 
     # -- schema --------------------------------------------------------------------
 
@@ -477,38 +485,33 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
         ``blocks``: edges from existing waiting jobs to new rows (dependencies.extend_waiting)."""
         new_ids = {r.id for r in rows}
 
-        async def insert() -> tuple[
-            list[tuple[str, bool]], set[str], list[Edge], tuple[list[JobRow], list[str]]
-        ]:
-            async with self.transaction() as tx:
-                await dependencies.check_dependencies(
-                    tx, sorted({e.depends_on_id for e in edges} - new_ids), may_use, name_of
-                )
-                results = await _insert_rows(tx, rows)
-                actual = {r.id: job_id for r, (job_id, _) in zip(rows, results, strict=True)}
-                created = {job_id for job_id, new in results if new}
-                # A job whose idempotency key existed is not created: its edges are not either, and
-                # the jobs of the batch that named it wait for the existing job instead.
-                kept = dependencies.distinct_edges(
-                    Edge(e.job_id, actual.get(e.depends_on_id, e.depends_on_id), e.on_failure)
-                    for e in edges
-                    if e.job_id in created
-                )
-                await dependencies.insert_edges(tx, kept)
-                # Counted from the edges kept: two dependencies of a job can turn out to be one job
-                # (idempotency keys).
-                await dependencies.count_edges(tx, kept)
-                # Waiting jobs that get a new job as one more dependency (``blocks``: a batch grown
-                # from inside), unless its idempotency key existed.
-                await dependencies.extend_waiting(
-                    tx, [e for e in blocks if e.depends_on_id in created], may_use, name_of
-                )
-                # Dependencies finished before this commit resolve now, as if they had just finished.
-                released = await release_waiting(tx, {e.depends_on_id for e in kept})
-            return results, created, kept, released
+        async def insert(tx: Tx) -> tuple[tuple[list[tuple[str, bool]], set[str], list[Edge]], Released]:
+            await dependencies.check_dependencies(
+                tx, sorted({e.depends_on_id for e in edges} - new_ids), may_use, name_of
+            )
+            results = await _insert_rows(tx, rows)
+            actual = {r.id: job_id for r, (job_id, _) in zip(rows, results, strict=True)}
+            created = {job_id for job_id, new in results if new}
+            # A job whose idempotency key existed is not created: its edges are not either, and the
+            # jobs of the batch that named it wait for the existing job instead.
+            kept = dependencies.distinct_edges(
+                Edge(e.job_id, actual.get(e.depends_on_id, e.depends_on_id), e.on_failure)
+                for e in edges
+                if e.job_id in created
+            )
+            await dependencies.insert_edges(tx, kept)
+            # Counted from the edges kept: two dependencies of a job can turn out to be one job
+            # (idempotency keys).
+            await dependencies.count_edges(tx, kept)
+            # Waiting jobs that get a new job as one more dependency (``blocks``: a batch grown
+            # from inside), unless its idempotency key existed.
+            await dependencies.extend_waiting(
+                tx, [e for e in blocks if e.depends_on_id in created], may_use, name_of
+            )
+            # Dependencies finished before this commit resolve now, as if they had just finished.
+            return (results, created, kept), await release_waiting(tx, {e.depends_on_id for e in kept})
 
-        results, created, kept, released = await self._again_on_conflict(insert)
-        self._resolved(*released)
+        results, created, kept = await self._resolving(insert)
         waiting = {e.job_id for e in kept}
         # The waiting ones released at once (their dependencies had finished) go to on_resolved,
         # like every release: returned here too, they would be pushed twice.
@@ -526,7 +529,9 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
     ) -> None:
         """Status updates, attempt history and progress reports ((job id, JSON)), in one transaction."""
         now = wall_ms()
-        async with self.transaction(durable=False) as tx:
+        updates = list(updates)
+
+        async def write(tx: Tx) -> tuple[None, Released]:
             if attempts:
                 await tx.executemany(
                     _UPSERT_ATTEMPT,
@@ -540,7 +545,6 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
                     "AND status NOT IN ('succeeded', 'cancelled', 'dead')",
                     [(json_text, job_id) for job_id, json_text in progress],
                 )
-            updates = list(updates)
             await tx.executemany(
                 _UPDATE,
                 [
@@ -566,10 +570,11 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
             )
             # Issue 21: the jobs this batch finished release the jobs waiting for them, here, in the
             # transaction that records their ends (store/dependencies.py).
-            released = await release_waiting(
+            return None, await release_waiting(
                 tx, [u.id for u in updates if u.status in dependencies.TERMINAL], now
             )
-        self._resolved(*released)
+
+        await self._resolving(write, durable=False)
 
     async def get_job(self, job_id: str) -> JobRow | None:
         async with self.transaction() as tx:
@@ -601,14 +606,11 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
         """The reconciler's safety net (issue 21): resolve the open edges of the shard's waiting jobs
         on jobs that finished or are gone. Returns how many dependencies it resolved."""
 
-        async def resolve() -> tuple[list[str], tuple[list[JobRow], list[str]]]:
-            async with self.transaction() as tx:
-                stale = await dependencies.stale_waiting(tx, shard)
-                return stale, (await release_waiting(tx, stale) if stale else ([], []))
+        async def resolve(tx: Tx) -> tuple[int, Released]:
+            stale = await dependencies.stale_waiting(tx, shard)
+            return len(stale), (await release_waiting(tx, stale) if stale else ([], []))
 
-        stale, released = await self._again_on_conflict(resolve)
-        self._resolved(*released)
-        return len(stale)
+        return await self._resolving(resolve)
 
     async def get_attempts(self, job_id: str, limit: int = MAX_ATTEMPTS_LISTED) -> list[AttemptRow]:
         """The job's latest ``limit`` runs, oldest first."""
@@ -631,12 +633,7 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
         previous page's last row: by id, or with a finished-time range by (finished_at, id)."""
         if query.matches_nothing():
             return []
-        if query.in_finished_order:
-            position = after if isinstance(after, tuple) else None
-            sql, params = query.finished_page(self.backend, COLUMNS, limit, position, newest_first)
-        else:
-            after_id = after if isinstance(after, str) else after[1]
-            sql, params = query.page(self.backend, COLUMNS, limit, after_id, newest_first)
+        sql, params = query.page_statement(self.backend, COLUMNS, limit, after, newest_first)
         async with self.search_transaction() as tx:
             rows = await tx.execute(sql, params)
         return [JobRow.from_row(r) for r in rows]
@@ -702,20 +699,18 @@ class Store(ScheduleQueries, QueueSettingsQueries, RetentionQueries, LeftoverQue
         finished. Returns its status after: "cancelled", or the one it finished with; None without
         a row."""
 
-        async def cancel() -> tuple[list[tuple[Any, ...]], tuple[list[JobRow], list[str]]]:
-            async with self.transaction() as tx:
-                rows = await tx.execute(
-                    "UPDATE jobs SET status = 'cancelled', finished_at = ?, updated_at = ? WHERE id = ? "
-                    "AND status IN ('delayed', 'ready', 'leased', 'waiting') RETURNING status",
-                    (wall_ms(), wall_ms(), job_id),
-                )
-                if rows:  # what waits for it under 'fail' is cancelled too; under 'ignore', released
-                    return rows, await release_waiting(tx, [job_id])
-                return await tx.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)), ([], [])
+        async def cancel(tx: Tx) -> tuple[str | None, Released]:
+            rows = await tx.execute(
+                "UPDATE jobs SET status = 'cancelled', finished_at = ?, updated_at = ? WHERE id = ? "
+                "AND status IN ('delayed', 'ready', 'leased', 'waiting') RETURNING status",
+                (wall_ms(), wall_ms(), job_id),
+            )
+            if rows:  # what waits for it under 'fail' is cancelled too; under 'ignore', released
+                return str(rows[0][0]), await release_waiting(tx, [job_id])
+            rows = await tx.execute("SELECT status FROM jobs WHERE id = ?", (job_id,))
+            return (str(rows[0][0]) if rows else None), ([], [])
 
-        rows, released = await self._again_on_conflict(cancel)
-        self._resolved(*released)
-        return str(rows[0][0]) if rows else None
+        return await self._resolving(cancel)
 
     # -- jobs enqueued by SQL (migration 0008, PostgreSQL only) ------------------------------
 

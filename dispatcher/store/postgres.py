@@ -18,6 +18,7 @@ from .base import (
     NEW_JOB_COLUMNS,
     AttemptUpdate,
     JobRow,
+    Released,
     Store,
     StoreConflict,
     StoreUpdate,
@@ -255,23 +256,22 @@ class PostgresStore(PartitionQueries, Store):
             [u.worker for u in rows],
         ]
 
-        async def write() -> tuple[list[JobRow], list[str]]:
-            async with self.transaction(durable=False) as tx:
-                if attempts:
-                    by_column = [list(c) for c in zip(*(a.values() for a in attempts), strict=True)]
-                    await tx.execute(_UPSERT_ATTEMPTS, by_column)
-                if progress:
-                    await tx.execute(_PROGRESS_MANY, [[p[0] for p in progress], [p[1] for p in progress]])
-                if not rows:
-                    return [], []
-                now = wall_ms()
-                await tx.execute(_UPDATE_MANY, [now, *columns])
-                # Issue 21: as base.Store.apply_updates, in the transaction that records the ends.
-                return await release_waiting(
-                    tx, [u.id for u in rows if u.status in dependencies.TERMINAL], now
-                )
+        async def write(tx: Tx) -> tuple[None, Released]:
+            if attempts:
+                by_column = [list(c) for c in zip(*(a.values() for a in attempts), strict=True)]
+                await tx.execute(_UPSERT_ATTEMPTS, by_column)
+            if progress:
+                await tx.execute(_PROGRESS_MANY, [[p[0] for p in progress], [p[1] for p in progress]])
+            if not rows:
+                return None, ([], [])
+            now = wall_ms()
+            await tx.execute(_UPDATE_MANY, [now, *columns])
+            # Issue 21: as base.Store.apply_updates, in the transaction that records the ends.
+            return None, await release_waiting(
+                tx, [u.id for u in rows if u.status in dependencies.TERMINAL], now
+            )
 
-        self._resolved(*await self._again_on_conflict(write))  # after the commit
+        await self._resolving(write, durable=False)
 
     supports_sql_enqueue = True
 

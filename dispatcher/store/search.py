@@ -99,6 +99,17 @@ class JobQuery:
         """Whether its pages go by finish time (a finished-time range) rather than by id."""
         return self.finished_after_ms is not None or self.finished_before_ms is not None
 
+    def page_statement(
+        self, backend: str, columns: str, limit: int, after: SearchPosition, newest_first: bool
+    ) -> tuple[str, list[Any]]:
+        """The statement of one page in the search's order: by finish time with a finished-time
+        range (``finished_page``), else by id (``page``). ``columns`` must hold finished_at for the
+        first."""
+        if self.in_finished_order:
+            position = after if isinstance(after, tuple) else None
+            return self.finished_page(backend, columns, limit, position, newest_first)
+        return self.page(backend, columns, limit, after if isinstance(after, str) else after[1], newest_first)
+
     def finished_page(
         self, backend: str, columns: str, limit: int, after: tuple[int, str] | None, newest_first: bool
     ) -> tuple[str, list[Any]]:

@@ -21,7 +21,7 @@ from dispatcher.queue.pruner import Pruner, Retention
 from dispatcher.queue.records import JobRecord
 from dispatcher.queue.states import JobState, Priority
 from dispatcher.queue.working_set import NewJob, WorkingSet
-from dispatcher.store import JobRow, Store, open_store
+from dispatcher.store import JobRow, Store
 from dispatcher.store.schedules import ScheduleRow
 from shardmap import shard_for
 from shardq_common.clock import steady_ms, wall_ms
@@ -59,16 +59,6 @@ async def _insert(store: Store, rows: list[JobRow]) -> None:
                 "UPDATE jobs SET status = ?, finished_at = ?, dead_reason = ?, schedule = ? WHERE id = ?",
                 (r.status, r.finished_at, r.dead_reason, r.schedule, r.id),
             )
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    s = await open_store(db_url)
-    await s.migrate()
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 @pytest.fixture

@@ -53,16 +53,6 @@ def _ids(at_ms: int, n: int) -> list[str]:
 
 
 @pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    s = await open_store(db_url)
-    await s.migrate()
-    try:
-        yield s
-    finally:
-        await s.close()
-
-
-@pytest.fixture
 async def working_set(redis_url: str) -> AsyncIterator[WorkingSet]:
     client = aredis.from_url(redis_url)
     try:

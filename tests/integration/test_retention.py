@@ -19,7 +19,7 @@ from dispatcher.queue.pruner import Pruner, Retention, prune_older_than
 from dispatcher.queue.records import JobRecord
 from dispatcher.queue.states import JobState, Priority
 from dispatcher.queue.working_set import WorkingSet
-from dispatcher.store import JobRow, Store, open_store
+from dispatcher.store import JobRow, Store
 from shardmap import shard_for
 from shardq_common.clock import wall_ms
 
@@ -38,16 +38,6 @@ def _row(job_type: str, status: str, finished_days_ago: float | None, *, key: st
         dead_reason="failed" if status == "dead" else None, result=b"r" if status == "succeeded" else None,
         enqueued_at=1, started_at=None, finished_at=finished, updated_at=1,
     )  # fmt: skip
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    s = await open_store(db_url)
-    await s.migrate()
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 @pytest.fixture

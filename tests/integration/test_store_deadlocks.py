@@ -13,7 +13,7 @@ import asyncio
 import psycopg
 import pytest
 
-from dispatcher.store import StoreUpdate, open_store
+from dispatcher.store import Store, StoreUpdate
 from dispatcher.store.dependencies import Edge
 from tests.support.db import graph_row
 from tests.support.wait import wait_for
@@ -49,52 +49,37 @@ async def _lock_in_opposite_order(db_url: str, held: str, wanted: str, store_cal
         return await asyncio.wait_for(call, timeout=15)
 
 
-async def test_a_cancel_that_loses_a_deadlock_runs_again(db_url: str) -> None:
-    store = await open_store(db_url)
-    try:
-        await store.migrate()
-        # Cancelling q locks q, then cancels p (which waits for q under 'fail').
-        await store.insert_graph([graph_row("q"), graph_row("p", 1)], [Edge("p", "q")], lambda t: True, str)
-        outcome = await _lock_in_opposite_order(db_url, "p", "q", store.set_cancelled("q"))
-        assert outcome == "cancelled"
-        async with store.transaction() as tx:
-            rows = await tx.execute("SELECT id, status FROM jobs ORDER BY id")
-        assert rows == [("p", "cancelled"), ("q", "cancelled")]
-    finally:
-        await store.close()
+async def test_a_cancel_that_loses_a_deadlock_runs_again(db_url: str, store: Store) -> None:
+    # Cancelling q locks q, then cancels p (which waits for q under 'fail').
+    await store.insert_graph([graph_row("q"), graph_row("p", 1)], [Edge("p", "q")], lambda t: True, str)
+    outcome = await _lock_in_opposite_order(db_url, "p", "q", store.set_cancelled("q"))
+    assert outcome == "cancelled"
+    async with store.transaction() as tx:
+        rows = await tx.execute("SELECT id, status FROM jobs ORDER BY id")
+    assert rows == [("p", "cancelled"), ("q", "cancelled")]
 
 
-async def test_a_status_batch_that_loses_a_deadlock_runs_again(db_url: str) -> None:
-    store = await open_store(db_url)
+async def test_a_status_batch_that_loses_a_deadlock_runs_again(db_url: str, store: Store) -> None:
     released: list[str] = []
     store.on_resolved = lambda promoted, cancelled: released.extend(r.id for r in promoted)
-    try:
-        await store.migrate()
-        # Recording x's end locks x, then releases w (which waits for x).
-        await store.insert_graph([graph_row("x"), graph_row("w", 1)], [Edge("w", "x")], lambda t: True, str)
-        batch = store.apply_updates([StoreUpdate("x", "succeeded", finished_at=1, result=b"r")])
-        await _lock_in_opposite_order(db_url, "w", "x", batch)
-        assert released == ["w"]
-        async with store.transaction() as tx:
-            rows = await tx.execute("SELECT id, status FROM jobs ORDER BY id")
-        assert rows == [("w", "ready"), ("x", "succeeded")]
-    finally:
-        await store.close()
+    # Recording x's end locks x, then releases w (which waits for x).
+    await store.insert_graph([graph_row("x"), graph_row("w", 1)], [Edge("w", "x")], lambda t: True, str)
+    batch = store.apply_updates([StoreUpdate("x", "succeeded", finished_at=1, result=b"r")])
+    await _lock_in_opposite_order(db_url, "w", "x", batch)
+    assert released == ["w"]
+    async with store.transaction() as tx:
+        rows = await tx.execute("SELECT id, status FROM jobs ORDER BY id")
+    assert rows == [("w", "ready"), ("x", "succeeded")]
 
 
-async def test_an_enqueue_naming_dependencies_that_loses_a_deadlock_runs_again(db_url: str) -> None:
-    store = await open_store(db_url)
-    try:
-        await store.migrate()
-        # An enqueue that names d1 and d2 locks them in id order: d1, then d2.
-        await store.insert_jobs([graph_row("d1"), graph_row("d2")])
-        enqueue = store.insert_graph(
-            [graph_row("n", 2)], [Edge("n", "d1"), Edge("n", "d2")], lambda t: True, str
-        )
-        results, _ = await _lock_in_opposite_order(db_url, "d2", "d1", enqueue)  # type: ignore[misc]
-        assert results == [("n", True)]
-        async with store.transaction() as tx:
-            rows = await tx.execute("SELECT job_id, depends_on_id FROM job_dependencies ORDER BY 2")
-        assert rows == [("n", "d1"), ("n", "d2")]
-    finally:
-        await store.close()
+async def test_an_enqueue_naming_dependencies_that_loses_a_deadlock_runs_again(
+    db_url: str, store: Store
+) -> None:
+    # An enqueue that names d1 and d2 locks them in id order: d1, then d2.
+    await store.insert_jobs([graph_row("d1"), graph_row("d2")])
+    enqueue = store.insert_graph([graph_row("n", 2)], [Edge("n", "d1"), Edge("n", "d2")], lambda t: True, str)
+    results, _ = await _lock_in_opposite_order(db_url, "d2", "d1", enqueue)  # type: ignore[misc]
+    assert results == [("n", True)]
+    async with store.transaction() as tx:
+        rows = await tx.execute("SELECT job_id, depends_on_id FROM job_dependencies ORDER BY 2")
+    assert rows == [("n", "d1"), ("n", "d2")]
