@@ -83,8 +83,8 @@ class JobContext:
     # is made only when one waits: most jobs never need it, and it costs a lock and a condition.
     _cancelled: bool = field(default=False, repr=False, compare=False)
     _cancel_event: threading.Event | None = field(default=None, repr=False, compare=False)
-    # Set by the worker: takes a progress report (JSON) from any thread.
-    _report: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+    # Set by the worker: takes a job's progress report (JSON) from any thread.
+    _report: Callable[[JobContext, str], None] | None = field(default=None, repr=False, compare=False)
 
     def dependency_results(self) -> dict[str, DependencyResult]:
         """The jobs this one waited for (``depends_on``), by id, in their id order: each one's type,
@@ -153,7 +153,7 @@ class JobContext:
             text = json.dumps(value)
         report = self._report
         if report is not None:
-            report(text)
+            report(self, text)
 
     def _cancel(self) -> None:
         self._cancelled = True

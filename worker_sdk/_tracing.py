@@ -58,6 +58,11 @@ def _provider_set() -> bool:
     return not isinstance(trace.get_tracer_provider(), _NO_PROVIDER)
 
 
+def active() -> bool:
+    """Whether spans are made now: the API is installed and the application set a provider."""
+    return _TRACER is not None and _provider_set()
+
+
 @contextmanager
 def sending(specs: list[pb.JobSpec]) -> Iterator[Any]:
     """A PRODUCER span around an enqueue of ``specs``, its context injected into their headers.
@@ -174,8 +179,9 @@ def lease_lost(span: Any, reason: str) -> None:
 
 def bound_to_context(call: Callable[P, T]) -> Callable[P, T]:
     """``call`` run in a copy of the current context, so that a handler in a thread sees the process
-    span as current (a thread pool does not carry context variables over by itself)."""
-    if not ENABLED:
+    span as current (a thread pool does not carry context variables over by itself). With no
+    OpenTelemetry context current (no span: tracing is off), ``call`` itself, at no cost."""
+    if not ENABLED or not otel_context.get_current():
         return call
     context = contextvars.copy_context()
 

@@ -229,6 +229,9 @@ class Worker:
         self._capped = False  # a link was granted less credit than its share for want of free threads
         self._progress_waiting: list[_Running] = []  # jobs with a report for the next progress flush
         self._progress_flush: asyncio.TimerHandle | None = None
+        # Every job's context reports progress through this one callable (set once the loop runs):
+        # a job's start makes no closure of its own.
+        self._reporter: Callable[[JobContext, str], None] | None = None
         self.log = log.bind(worker=self.worker_id)
 
     # Set on the worker serve() returns inside an event loop: like a coroutine, it does nothing
@@ -292,6 +295,7 @@ class Worker:
             return
         self._served = True
         loop = asyncio.get_running_loop()
+        self._reporter = functools.partial(self._report_progress, loop)
         if self.handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 try:
@@ -531,8 +535,9 @@ class Worker:
                     )
                 elif kind == "leases":
                     link.granted -= len(message.leases.leases)
+                    traced = _tracing.active()  # looked up once a message: it costs about 1 µs
                     for lease in message.leases.leases:
-                        self._start(lease, link.address)
+                        self._start(lease, link.address, traced)
                 elif kind == "rejected":
                     for rejected in message.rejected.leases:
                         self._lose(rejected.ref.job_id, rejected.reason)
@@ -665,7 +670,7 @@ class Worker:
 
     # -- jobs ------------------------------------------------------------------------------------
 
-    def _start(self, lease: pb.Lease, link: str) -> None:
+    def _start(self, lease: pb.Lease, link: str, traced: bool = False) -> None:
         ref = lease.ref
         ctx = JobContext(
             ref.job_id,
@@ -684,17 +689,24 @@ class Worker:
             tuple(
                 DependencyResult(d.job_id, d.type, d.state, d.result, d.truncated)
                 for d in lease.dependency_results
-            ),
+            )
+            if lease.dependency_results
+            else (),
+            _report=self._reporter,
         )
-        running = _Running(ref=lease.ref, ctx=ctx, ttl_ms=lease.lease_ttl_ms, link=link)
-        ctx._report = functools.partial(self._report_progress, asyncio.get_running_loop(), running)
+        running = _Running(ref=ref, ctx=ctx, ttl_ms=lease.lease_ttl_ms, link=link)
         self._running[ctx.job_id] = running
         self._running_on[link] += 1
-        running.task = asyncio.create_task(self._execute(running))
+        running.task = asyncio.create_task(
+            self._execute_traced(running) if traced else self._execute(running)
+        )
 
-    def _report_progress(self, loop: asyncio.AbstractEventLoop, running: _Running, text: str) -> None:
+    def _report_progress(self, loop: asyncio.AbstractEventLoop, ctx: JobContext, text: str) -> None:
         """A handler's report, from its thread or the loop: only the latest is sent, with the others'
-        at the next progress flush (PROGRESS_INTERVAL_S)."""
+        at the next progress flush (PROGRESS_INTERVAL_S). One from a job no longer running is dropped."""
+        running = self._running.get(ctx.job_id)
+        if running is None or running.ctx is not ctx:
+            return
         running.progress = text
         if not running.progress_due:
             running.progress_due = True
@@ -747,6 +759,11 @@ class Worker:
             running.task.cancel()
 
     async def _execute(self, running: _Running) -> None:
+        outcome, _ = await self._attempt(running)
+        self._settle(running, outcome)
+
+    async def _execute_traced(self, running: _Running) -> None:
+        """_execute in the attempt's span (worker_sdk/_tracing.py)."""
         ctx = running.ctx
         with _tracing.processing(
             ctx.job_id, ctx.type, ctx.attempt, ctx.max_attempts, ctx.shard, ctx.headers
