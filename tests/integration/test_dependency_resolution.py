@@ -1,7 +1,8 @@
 """The resolution of dependencies in the DB (issue 21, store/dependencies.py), on both stores:
 exactly one promotion per waiting job when its last two dependencies finish at the same instant in
 two processes, and, over random graphs, outcomes and batchings, a job released only once every
-dependency finished, once, or cancelled under 'fail' (hypothesis)."""
+dependency finished, once, or cancelled under 'fail' (hypothesis); a job's dependency results read
+in id order up to their bound, and none past it read at all."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import json
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.store import JobRow, StoreUpdate, open_store
+from dispatcher.store import JobRow, Store, StoreUpdate, open_store
 from dispatcher.store.dependencies import Edge
 from tests.support.db import graph_row
 
@@ -157,3 +159,34 @@ async def _run_graph(url: str, graph: tuple[int, list[tuple[int, int, str]], lis
         assert "waiting" not in status.values()
     finally:
         await store.close()
+
+
+async def test_dependency_results_come_in_id_order_up_to_the_bound_and_the_rest_is_never_read(
+    store: Store,
+) -> None:
+    deps = [f"fan-{i:03d}" for i in range(40)]
+    await store.insert_graph(
+        [*map(graph_row, deps), graph_row("fan-in", len(deps))],
+        [Edge("fan-in", d) for d in deps],
+        lambda t: True,
+        str,
+    )
+    size, bound, empty = 32 << 10, 100_000, 5
+    results = [b"" if i == empty else bytes([65 + i % 26]) * size for i in range(len(deps))]
+    await store.apply_updates(
+        [StoreUpdate(d, "succeeded", finished_at=1, result=r) for d, r in zip(deps, results, strict=True)]
+    )
+    tracemalloc.start()
+    try:
+        got = (await store.dependency_results(["fan-in"], max_bytes=bound))["fan-in"]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [r[0] for r in got] == deps
+    fit = bound // size  # the first three: 96 KiB of the 100,000 bytes
+    assert [r[3] for r in got[:fit]] == results[:fit]
+    assert all(r[3] == b"" for r in got[fit:])
+    # Past the bound every result is cut, whatever its size; an empty one is not marked.
+    assert [r[4] for r in got] == [i >= fit and i != empty for i in range(len(deps))]
+    # The 1.2 MiB of results past the bound stayed in the database.
+    assert peak < len(deps) * size // 2, peak
