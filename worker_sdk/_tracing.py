@@ -67,7 +67,7 @@ def active() -> bool:
 def sending(specs: list[pb.JobSpec]) -> Iterator[Any]:
     """A PRODUCER span around an enqueue of ``specs``, its context injected into their headers.
     Yields the span (None when tracing is off); an exception out of the block marks it failed."""
-    if _TRACER is None or _PROPAGATOR is None or not specs or not _provider_set():
+    if not specs or not active() or _TRACER is None or _PROPAGATOR is None:
         yield None
         return
     types = {spec.type for spec in specs}
@@ -102,8 +102,10 @@ def sent(span: Any, job_ids: list[str]) -> None:
 def processing(
     job_id: str, job_type: str, attempt: int, max_attempts: int, shard: int, headers: Mapping[str, str]
 ) -> Iterator[Any]:
-    """The CONSUMER span of one attempt, made current for the handler. Yields None when off."""
-    if _TRACER is None or _PROPAGATOR is None or not _provider_set():
+    """The CONSUMER span of one attempt, made current for the handler: for a job the worker
+    traces (it asked ``active()`` once for the message that leased it). Yields None when the API
+    is not installed."""
+    if _TRACER is None or _PROPAGATOR is None:
         yield None
         return
     # An empty context (not the current one) without a trace context: a job enqueued untraced

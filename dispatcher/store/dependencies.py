@@ -339,16 +339,18 @@ async def results_of(
     for chunk in _chunks(sorted(set(job_ids))):
         rows = await tx.execute(
             "SELECT job_id, depends_on_id, job_type, resolved_state, "
-            "CASE WHEN upto <= ? THEN result END, upto > ? AND size > 0 FROM ("
+            "CASE WHEN upto <= ? THEN result END, size FROM ("
             "SELECT d.job_id, d.depends_on_id, COALESCE(j.type, '') AS job_type, d.resolved_state, "
             "d.result, COALESCE(length(d.result), 0) AS size, SUM(COALESCE(length(d.result), 0)) "
             "OVER (PARTITION BY d.job_id ORDER BY d.depends_on_id) AS upto "
             "FROM job_dependencies AS d LEFT JOIN jobs AS j ON j.id = d.depends_on_id "
             f"WHERE d.job_id IN ({_marks(len(chunk))}) AND d.resolved_state IS NOT NULL"
             ") AS r ORDER BY job_id, depends_on_id",
-            (max_bytes, max_bytes, *chunk),
+            (max_bytes, *chunk),
         )
-        for job_id, dep_id, job_type, state, result, cut in rows:
+        for job_id, dep_id, job_type, state, result, size in rows:
+            # No result though it had one: it was past the bound.
+            cut = result is None and int(size) > 0
             data = bytes(result) if result is not None else b""
-            out[job_id].append((str(dep_id), str(job_type), str(state), data, bool(cut)))
+            out[job_id].append((str(dep_id), str(job_type), str(state), data, cut))
     return out
