@@ -20,6 +20,7 @@ from .ops import redis_client
 from .ops.tracing import spans
 from .queue import flow_file
 from .queue.cancel import Canceller
+from .queue.enqueue_streams import EnqueueStreams
 from .queue.flow_mirror import FlowMirror
 from .queue.flow_settings import FlowSettings, fields_of
 from .queue.ingest import Ingestor
@@ -42,6 +43,8 @@ from .schedules.scheduler import Scheduler
 from .store import Store
 
 QUEUE_BEHIND_GRACE_S = 10.0
+# How long a stop waits for the jobs the enqueue streams have read to commit and be answered.
+ENQUEUE_STREAMS_GRACE_S = 5.0
 # run_at is wall time: a host this far from Redis's clock runs delayed jobs early or late
 CLOCK_APART_WARN_MS = 1000
 log = structlog.get_logger("shardq.dispatcher")
@@ -64,6 +67,7 @@ class Dispatcher:
         self.dispatcher_id = settings.member_id(advertise)
         self.working_set = WorkingSet(redis)
         self.watches = Watches(settings.max_watches)
+        self.enqueue_streams = EnqueueStreams()
         self.writer = StatusWriter(
             store,
             self.working_set,
@@ -218,6 +222,8 @@ class Dispatcher:
         Redis), release the shards so the other members take them at once, commit status."""
         self.sessions.shut_down()
         self.watches.close()  # watchers reconnect now (elsewhere, or here once restarted)
+        # Before the group commit stops: the jobs the streams have read are committed and answered.
+        await self.enqueue_streams.close(ENQUEUE_STREAMS_GRACE_S)
         self.coordinator.stopping()
         # Their last results are read until each worker half-closes; they reach the status writer,
         # which commits them below.

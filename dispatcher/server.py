@@ -154,6 +154,7 @@ def _add_services(server: grpc.aio.Server, app: Dispatcher) -> None:
         app.ownership,
         app.loops,
         app.watches,
+        app.enqueue_streams,
         app.dispatcher_id,
     )
     workers = WorkerService(app.dispatcher_id, app.session_context, app.transitions, app.returns)

@@ -32,6 +32,7 @@ from ._convert import (
     WorkerInfo,
     job_spec,
 )
+from ._enqueue_stream import AsyncEnqueueStream, Attempts, BlockingEnqueueStream
 from ._errors import from_rpc_error
 from ._pipelining import EnqueuePipeline
 from ._queues import QueueInfo, QueueSettings
@@ -143,16 +144,55 @@ class Client(_ClientOptions):
         self._owner_stubs: dict[str, dict[str, Any]] = {}
         self._owner_channels: list[grpc.Channel] = []
         self._owner_channel_of: dict[str, grpc.Channel] = {}
+        self._streams: dict[str, BlockingEnqueueStream] = {}  # address -> its single enqueues' stream
+        self._unary_only: set[str] = set()  # addresses of dispatchers without EnqueueStream
 
     # -- sending a call ------------------------------------------------------------------
 
     def _send(self, call: Call[T]) -> T:
         address = self.target if call.job_types is None else self._address_of(call.job_types)
+        return self._send_to(address, call)
+
+    def _send_to(self, address: str, call: Call[T]) -> T:
         try:
             reply = self._rpc_at(address, call)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         return call.result(reply)
+
+    def _enqueue_streamed(self, spec: pb.JobSpec) -> str:
+        """One job on its address's EnqueueStream (see ``_enqueue_stream`` for its failures)."""
+        attempts = Attempts(self._address_of((spec.type,)), self.target, self._routes)
+        address = attempts.address
+        while address not in self._unary_only:
+            stream = self._stream_at(address)
+            outcome = stream.send(spec, self.timeout)
+            if not isinstance(outcome, pb.EnqueueStreamResponse):
+                self._drop_stream(address, stream)
+            step = attempts.settle(outcome)
+            if isinstance(step, str):
+                return step
+            address = step.address
+            if step.unary:
+                self._unary_only.add(address)
+        return self._send_to(address, calls.enqueue(spec))
+
+    def _stream_at(self, address: str) -> BlockingEnqueueStream:
+        with self._owner_lock:
+            stream = self._streams.get(address)
+            if stream is None:
+                if address == self.target:
+                    channel = self._channel
+                else:
+                    self._owner_stubs_locked(address)
+                    channel = self._owner_channel_of[address]
+                stream = self._streams[address] = BlockingEnqueueStream(channel, self._metadata)
+            return stream
+
+    def _drop_stream(self, address: str, stream: BlockingEnqueueStream) -> None:
+        with self._owner_lock:
+            if self._streams.get(address) is stream:
+                del self._streams[address]
 
     def _rpc(self, stubs: dict[str, Any], call: Call[Any], timeout: float | None = None) -> Any:
         method = getattr(stubs[call.service], call.method)
@@ -171,17 +211,22 @@ class Client(_ClientOptions):
 
     def _owner_stubs_at(self, address: str) -> dict[str, Any]:
         with self._owner_lock:
-            stubs = self._owner_stubs.get(address)
-            if stubs is None:
-                channel = self.security.channel(address, options=CHANNEL_OPTIONS)
-                self._owner_channels.append(channel)
-                self._owner_channel_of[address] = channel
-                stubs = self._owner_stubs[address] = _stubs(channel)
-            return stubs
+            return self._owner_stubs_locked(address)
+
+    def _owner_stubs_locked(self, address: str) -> dict[str, Any]:
+        stubs = self._owner_stubs.get(address)
+        if stubs is None:
+            channel = self.security.channel(address, options=CHANNEL_OPTIONS)
+            self._owner_channels.append(channel)
+            self._owner_channel_of[address] = channel
+            stubs = self._owner_stubs[address] = _stubs(channel)
+        return stubs
 
     def _retire_owners(self, routes: OwnerRoutes) -> None:
         with self._owner_lock:
             for address in routes.retired(list(self._owner_stubs), self.timeout + RETIRE_SLACK_S):
+                if (stream := self._streams.pop(address, None)) is not None:
+                    stream.close()
                 del self._owner_stubs[address]
                 self._owner_channels.remove(channel := self._owner_channel_of.pop(address))
                 channel.close()
@@ -249,7 +294,7 @@ class Client(_ClientOptions):
             headers=headers, depends_on=depends_on, on_failure=on_failure,
         )  # fmt: skip
         with _tracing.sending([spec]) as span:
-            job_id = self._send(calls.enqueue(spec))
+            job_id = self._enqueue_streamed(spec)
             _tracing.sent(span, [job_id])
         return job_id
 
@@ -496,6 +541,10 @@ class Client(_ClientOptions):
         return self._send(calls.resume_queue(job_type, priority))
 
     def close(self) -> None:
+        with self._owner_lock:
+            streams, self._streams = list(self._streams.values()), {}
+        for stream in streams:
+            stream.close()
         for channel in self._owner_channels:
             channel.close()
         self._channel.close()
@@ -521,6 +570,8 @@ class AsyncClient(_ClientOptions):
         self._owner_stubs: dict[str, dict[str, Any]] = {}
         self._owner_channels: list[grpc.aio.Channel] = []
         self._owner_channel_of: dict[str, grpc.aio.Channel] = {}
+        self._streams: dict[str, AsyncEnqueueStream] = {}  # address -> its single enqueues' stream
+        self._unary_only: set[str] = set()  # addresses of dispatchers without EnqueueStream
 
     # -- sending a call ------------------------------------------------------------------
 
@@ -543,18 +594,21 @@ class AsyncClient(_ClientOptions):
     async def _rpc_at(self, address: str, call: Call[Any]) -> Any:
         if address == self.target or self._routes is None:
             return await self._rpc(self._stubs, call)
+        try:
+            return await self._rpc(self._owner_stubs_at(address), call)
+        except grpc.aio.AioRpcError as exc:
+            if self._routes.failed(address, exc):
+                return await self._rpc(self._stubs, call)
+            raise
+
+    def _owner_stubs_at(self, address: str) -> dict[str, Any]:
         stubs = self._owner_stubs.get(address)
         if stubs is None:
             channel = self.security.aio_channel(address, options=CHANNEL_OPTIONS)
             self._owner_channels.append(channel)
             self._owner_channel_of[address] = channel
             stubs = self._owner_stubs[address] = _stubs(channel)
-        try:
-            return await self._rpc(stubs, call)
-        except grpc.aio.AioRpcError as exc:
-            if self._routes.failed(address, exc):
-                return await self._rpc(self._stubs, call)
-            raise
+        return stubs
 
     async def _address_of(self, job_types: Iterable[str]) -> str:
         """Where jobs of these types go together (reading the shard map first if it is unknown)."""
@@ -579,13 +633,39 @@ class AsyncClient(_ClientOptions):
         self._routes.update(view)
         if view is not None:
             for address in self._routes.retired(list(self._owner_stubs), self.timeout + RETIRE_SLACK_S):
+                if (stream := self._streams.pop(address, None)) is not None:
+                    await stream.close()
                 del self._owner_stubs[address]
                 self._owner_channels.remove(channel := self._owner_channel_of.pop(address))
                 await channel.close()
 
     # What the pipeline sends: one job, or a batch, to one dispatcher.
     async def _enqueue_one(self, spec: pb.JobSpec, address: str) -> str:
+        """One job on its address's EnqueueStream (see ``_enqueue_stream`` for its failures)."""
+        attempts = Attempts(address, self.target, self._routes)
+        while address not in self._unary_only:
+            stream = self._stream_at(address)
+            outcome = await stream.send(spec, self.timeout)
+            if not isinstance(outcome, pb.EnqueueStreamResponse) and self._streams.get(address) is stream:
+                del self._streams[address]
+            step = attempts.settle(outcome)
+            if isinstance(step, str):
+                return step
+            address = step.address
+            if step.unary:
+                self._unary_only.add(address)
         return await self._send_to(address, calls.enqueue(spec))
+
+    def _stream_at(self, address: str) -> AsyncEnqueueStream:
+        stream = self._streams.get(address)
+        if stream is None:
+            channel = self._channel if address == self.target else self._owner_channel_at(address)
+            stream = self._streams[address] = AsyncEnqueueStream(channel, self._metadata)
+        return stream
+
+    def _owner_channel_at(self, address: str) -> grpc.aio.Channel:
+        self._owner_stubs_at(address)
+        return self._owner_channel_of[address]
 
     async def _enqueue_specs(self, specs: list[pb.JobSpec], address: str) -> list[str]:
         return await self._send_to(address, calls.enqueue_many(specs))
@@ -811,6 +891,9 @@ class AsyncClient(_ClientOptions):
     async def close(self) -> None:
         if self._map_read is not None:
             self._map_read.cancel()
+        streams, self._streams = list(self._streams.values()), {}
+        for stream in streams:
+            await stream.close()
         for channel in self._owner_channels:
             await channel.close()
         await self._channel.close()

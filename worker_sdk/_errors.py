@@ -55,6 +55,10 @@ class UnavailableError(ShardqError):
 def from_rpc_error(exc: grpc.RpcError) -> ShardqError:
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
+    return error_for(code, details)
+
+
+def error_for(code: grpc.StatusCode, details: str) -> ShardqError:
     kind = {
         grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
         grpc.StatusCode.NOT_FOUND: NotFoundError,

@@ -64,6 +64,7 @@ _JOBS, _WORKERS, _SHARDS, _SCHEDULES, _QUEUES = (
 METHOD_ROLES: dict[str, frozenset[Role]] = {
     _JOBS + "Enqueue": frozenset({PRODUCER}),
     _JOBS + "EnqueueMany": frozenset({PRODUCER}),
+    _JOBS + "EnqueueStream": frozenset({PRODUCER}),
     _JOBS + "GetJob": frozenset({PRODUCER, VIEWER}),
     _JOBS + "WatchJob": frozenset({PRODUCER, VIEWER}),
     _JOBS + "CancelJob": frozenset({PRODUCER}),

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import structlog
@@ -21,10 +20,11 @@ from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 from .. import PROTOCOL_VERSION, __version__
 from ..config import Settings
 from ..ops import process_counters
-from ..ops.redis_errors import REDIS_ERRORS, redis_transient
+from ..ops.redis_errors import REDIS_ERRORS
 from ..ops.redis_faults import note_redis_error
 from ..queue import job_filter, validation
 from ..queue.cancel import Canceller
+from ..queue.enqueue_streams import EnqueueStreams
 from ..queue.flow import retention
 from ..queue.ingest import Ingestor
 from ..queue.ownership import Ownership
@@ -38,11 +38,11 @@ from ..queue.watches import WATCH_RECHECK_S, Watches
 from ..queue.working_set import NewJob, WorkingSet
 from ..store import AttemptRow, DeadFilter, JobQuery, JobRow, Store
 from ..store.dependencies import EdgeRow
-from . import auth, bulk_actions
+from . import auth, bulk_actions, enqueue_stream
 from .bulk_actions import BulkActions
+from .status import rpc
 
 log = structlog.get_logger("shardq.job_service")
-R = TypeVar("R")
 _STATUS = {
     "delayed": pb.JOB_STATUS_DELAYED,
     "ready": pb.JOB_STATUS_READY,
@@ -64,32 +64,6 @@ _FINAL = frozenset({pb.JOB_STATUS_SUCCEEDED, pb.JOB_STATUS_DEAD, pb.JOB_STATUS_C
 _OUTCOMES = (JobState.SUCCEEDED, JobState.DEAD)
 
 
-def rpc(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-    """Map errors to gRPC status in one place."""
-
-    @functools.wraps(method)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> R:
-        try:
-            return await method(self, request, context)
-        except DispatcherError as exc:
-            await context.abort(exc.code, str(exc))
-        except REDIS_ERRORS as exc:
-            # Down, or refusing writes for now (READONLY, OOM, ...): worth retrying. Any other error
-            # reply is no outage: retrying would meet it again.
-            note_redis_error("rpc", exc, method=method.__name__)
-            if redis_transient(exc):
-                await context.abort(grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {exc}")
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the dispatcher log")
-        except grpc.aio.AbortError:
-            raise
-        except Exception:
-            log.exception("request failed", method=method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the dispatcher log")
-        raise AssertionError("unreachable")
-
-    return wrapper
-
-
 class JobService(pb_grpc.JobServiceServicer):
     def __init__(
         self,
@@ -102,9 +76,11 @@ class JobService(pb_grpc.JobServiceServicer):
         ownership: Ownership,
         loops: ShardLoops,
         watches: Watches,
+        enqueue_streams: EnqueueStreams,
         member_id: str = "",
     ) -> None:
         self.watches = watches  # the WatchJob streams open in this process
+        self.enqueue_streams = enqueue_streams  # the EnqueueStream calls open in this process
         self.member_id = member_id  # named in Stats, whose counters are this process's
         self.settings = settings
         self.store = store
@@ -118,11 +94,21 @@ class JobService(pb_grpc.JobServiceServicer):
 
     @rpc
     async def Enqueue(self, request: pb.EnqueueRequest, context: Any) -> pb.EnqueueResponse:
+        job_id, created = await self._enqueue_one(request.job)
+        return pb.EnqueueResponse(job_id=job_id, created=created)
+
+    async def EnqueueStream(
+        self, requests: AsyncIterator[pb.EnqueueStreamRequest], context: Any
+    ) -> AsyncIterator[pb.EnqueueStreamResponse]:
+        async for message in enqueue_stream.answer(requests, self._enqueue_one, self.enqueue_streams):
+            yield message
+
+    async def _enqueue_one(self, spec: pb.JobSpec) -> tuple[str, bool]:
         now = wall_ms()
-        job = validation.job_spec(request.job, "job", self.settings, now)
+        job = validation.job_spec(spec, "job", self.settings, now)
         auth.check_types([job.type], "job.type")
         [(job_id, created)] = await self.ingest.enqueue([job], now, auth.may_use)
-        return pb.EnqueueResponse(job_id=job_id, created=created)
+        return job_id, created
 
     @rpc
     async def EnqueueMany(self, request: pb.EnqueueManyRequest, context: Any) -> pb.EnqueueManyResponse:

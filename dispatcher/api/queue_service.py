@@ -23,7 +23,7 @@ from ..queue.flow_settings import FIELDS, FlowSettings, classes_of, fields_of, p
 from ..queue.keys import ShardKeys
 from ..queue.working_set import WorkingSet
 from . import auth
-from .job_service import rpc
+from .status import rpc
 
 MAX_LISTED = 10_000  # types a ListQueues answers with
 

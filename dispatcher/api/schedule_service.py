@@ -16,7 +16,7 @@ from ..schedules.scheduler import Scheduler
 from ..schedules.spec import log_change, schedule_name, to_pb
 from ..store import ScheduleRow, Store
 from . import auth
-from .job_service import rpc
+from .status import rpc
 
 log = structlog.get_logger("shardq.schedules")
 MAX_NEXT = 1000

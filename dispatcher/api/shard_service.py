@@ -21,7 +21,7 @@ from ..queue.ownership import Ownership
 from ..queue.records import JobRecord
 from ..queue.states import JobState
 from ..queue.working_set import NewJob, WorkingSet
-from .job_service import rpc
+from .status import rpc
 
 log = structlog.get_logger("shardq.shard_service")
 

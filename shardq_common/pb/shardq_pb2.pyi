@@ -203,6 +203,30 @@ class EnqueueResponse(_message.Message):
     created: bool
     def __init__(self, job_id: _Optional[str] = ..., created: _Optional[bool] = ...) -> None: ...
 
+class EnqueueStreamRequest(_message.Message):
+    __slots__ = ("seq", "job")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    job: JobSpec
+    def __init__(self, seq: _Optional[int] = ..., job: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+
+class EnqueueStreamResponse(_message.Message):
+    __slots__ = ("seq", "job_id", "created", "error_code", "error_message", "closed")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    job_id: str
+    created: bool
+    error_code: int
+    error_message: str
+    closed: bool
+    def __init__(self, seq: _Optional[int] = ..., job_id: _Optional[str] = ..., created: _Optional[bool] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., closed: _Optional[bool] = ...) -> None: ...
+
 class EnqueueManyRequest(_message.Message):
     __slots__ = ("jobs",)
     JOBS_FIELD_NUMBER: _ClassVar[int]

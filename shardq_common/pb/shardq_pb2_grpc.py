@@ -5,7 +5,7 @@ import warnings
 
 from shardq_common.pb import shardq_pb2 as shardq_dot_v1_dot_shardq__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -43,6 +43,11 @@ class JobServiceStub:
                 '/shardq.v1.JobService/EnqueueMany',
                 request_serializer=shardq_dot_v1_dot_shardq__pb2.EnqueueManyRequest.SerializeToString,
                 response_deserializer=shardq_dot_v1_dot_shardq__pb2.EnqueueManyResponse.FromString,
+                _registered_method=True)
+        self.EnqueueStream = channel.stream_stream(
+                '/shardq.v1.JobService/EnqueueStream',
+                request_serializer=shardq_dot_v1_dot_shardq__pb2.EnqueueStreamRequest.SerializeToString,
+                response_deserializer=shardq_dot_v1_dot_shardq__pb2.EnqueueStreamResponse.FromString,
                 _registered_method=True)
         self.GetJob = channel.unary_unary(
                 '/shardq.v1.JobService/GetJob',
@@ -116,6 +121,12 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def EnqueueMany(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EnqueueStream(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -211,6 +222,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.EnqueueMany,
                     request_deserializer=shardq_dot_v1_dot_shardq__pb2.EnqueueManyRequest.FromString,
                     response_serializer=shardq_dot_v1_dot_shardq__pb2.EnqueueManyResponse.SerializeToString,
+            ),
+            'EnqueueStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.EnqueueStream,
+                    request_deserializer=shardq_dot_v1_dot_shardq__pb2.EnqueueStreamRequest.FromString,
+                    response_serializer=shardq_dot_v1_dot_shardq__pb2.EnqueueStreamResponse.SerializeToString,
             ),
             'GetJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJob,
@@ -327,6 +343,33 @@ class JobService:
             '/shardq.v1.JobService/EnqueueMany',
             shardq_dot_v1_dot_shardq__pb2.EnqueueManyRequest.SerializeToString,
             shardq_dot_v1_dot_shardq__pb2.EnqueueManyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EnqueueStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/shardq.v1.JobService/EnqueueStream',
+            shardq_dot_v1_dot_shardq__pb2.EnqueueStreamRequest.SerializeToString,
+            shardq_dot_v1_dot_shardq__pb2.EnqueueStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
