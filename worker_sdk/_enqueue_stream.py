@@ -58,12 +58,18 @@ class _Ending:
 CLOSED = _Ending("closed")
 #: The dispatcher ended the stream without ``closed``: the jobs in flight are in doubt.
 ENDED = _Ending("ended")
-#: The stream had ended before this job was sent: send it on a new one.
-NOT_SENT = _Ending("not sent")
 #: The client closed the stream.
 CANCELLED = _Ending("cancelled")
 
-Outcome = pb.EnqueueStreamResponse | _Ending | grpc.RpcError
+
+class NotSent:
+    """The stream had ended (with ``ending``) before this job could be sent on it."""
+
+    def __init__(self, ending: _Ending | grpc.RpcError) -> None:
+        self.ending = ending
+
+
+Outcome = pb.EnqueueStreamResponse | _Ending | grpc.RpcError | NotSent
 
 
 class Resend:
@@ -76,10 +82,9 @@ class Resend:
 
 class Attempts:
     """How one job's sending goes: each stream's outcome becomes the job's id, its error, or where
-    to send it again. At most one resend after a closing stream, a few after streams that had
-    ended before the job could be sent (each opens a new one)."""
-
-    MAX_NOT_SENT = 3
+    to send it again. A job the stream it met had ended before is sent once on a new one; meeting
+    an ended stream again, it gets that stream's ending as its own (a new stream that fails at once
+    fails as a unary call would). At most one resend after a closing stream."""
 
     def __init__(self, address: str, target: str, routes: OwnerRoutes | None) -> None:
         self.address = address
@@ -94,11 +99,11 @@ class Attempts:
                 code = _CODES.get(outcome.error_code, grpc.StatusCode.UNKNOWN)
                 raise error_for(code, outcome.error_message)
             return outcome.job_id
-        if outcome is NOT_SENT:
+        if isinstance(outcome, NotSent):
             self._not_sent += 1
-            if self._not_sent > self.MAX_NOT_SENT:
-                raise UnavailableError(grpc.StatusCode.UNAVAILABLE, "no enqueue stream could be opened")
-            return Resend(self.address)
+            if self._not_sent == 1:
+                return Resend(self.address)
+            outcome = outcome.ending
         if outcome is CLOSED:
             self._closed += 1
             if self._closed > 1:
@@ -140,7 +145,7 @@ class BlockingEnqueueStream:
         self._lock = threading.Lock()
         self._waiting: dict[int, queue.SimpleQueue[Outcome]] = {}
         self._seq = 0
-        self._ended: Outcome | None = None
+        self._ended: _Ending | grpc.RpcError | None = None
         self._call: Any = pb_grpc.JobServiceStub(channel).EnqueueStream(
             iter(self._requests.get, None), metadata=metadata
         )
@@ -150,7 +155,7 @@ class BlockingEnqueueStream:
         answer: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         with self._lock:
             if self._ended is not None:
-                return NOT_SENT
+                return NotSent(self._ended)
             self._seq += 1
             seq = self._seq
             self._waiting[seq] = answer
@@ -170,7 +175,7 @@ class BlockingEnqueueStream:
         self._call.cancel()
 
     def _read(self) -> None:
-        ending: Outcome = ENDED
+        ending: _Ending | grpc.RpcError = ENDED
         try:
             for answer in self._call:
                 if answer.closed:
@@ -202,12 +207,12 @@ class AsyncEnqueueStream:
         self._waiting: dict[int, asyncio.Future[Outcome]] = {}
         self._seq = 0
         self._writing = asyncio.Lock()  # grpc.aio takes one write at a time
-        self._ended: Outcome | None = None
+        self._ended: _Ending | grpc.RpcError | None = None
         self._reader = asyncio.create_task(self._read(), name="shardq-enqueue-stream")
 
     async def send(self, spec: pb.JobSpec, timeout: float) -> Outcome:
         if self._ended is not None:
-            return NOT_SENT
+            return NotSent(self._ended)
         self._seq += 1
         seq = self._seq
         answer: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
@@ -232,7 +237,7 @@ class AsyncEnqueueStream:
         await asyncio.gather(self._reader, return_exceptions=True)
 
     async def _read(self) -> None:
-        ending: Outcome = ENDED
+        ending: _Ending | grpc.RpcError = ENDED
         try:
             async for answer in self._call:
                 if answer.closed:

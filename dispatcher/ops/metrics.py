@@ -56,6 +56,11 @@ PROGRESS_WRITES = Counter("shardq_progress_writes_total", "Progress reports writ
 WATCHES = Gauge(
     "shardq_watches", "WatchJob streams open in this process (at most SHARDQ_MAX_WATCHES).", **_gauge_mode
 )
+ENQUEUE_STREAMS = Gauge(
+    "shardq_enqueue_streams",
+    "EnqueueStream calls open in this process (a producer's single enqueues).",
+    **_gauge_mode,
+)
 PROMOTED_FROM_WAITING = Counter(
     "shardq_jobs_promoted_total",
     "Jobs whose dependencies all finished, moved out of 'waiting' by a commit of this process (issue 21).",

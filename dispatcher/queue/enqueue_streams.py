@@ -13,6 +13,8 @@ import asyncio
 
 from shardq_common.errors import ResourceExhausted
 
+from ..ops import metrics
+
 # EnqueueStream calls open at once in one process, at most: a producer needs one per dispatcher
 # process it sends to (a client holds one per address), so this is thousands of producers.
 MAX_OPEN = 4096
@@ -36,9 +38,11 @@ class EnqueueStreams:
             )
         self._readers.add(reader)
         self._none_open.clear()
+        metrics.ENQUEUE_STREAMS.set(len(self._readers))
 
     def ended(self, reader: asyncio.Task[None]) -> None:
         self._readers.discard(reader)
+        metrics.ENQUEUE_STREAMS.set(len(self._readers))
         if not self._readers:
             self._none_open.set()
 
