@@ -30,6 +30,7 @@ async def answer(
     if streams.closing:
         yield CLOSED  # nothing read: the client sends its jobs again, elsewhere or after the restart
         return
+    streams.admit()
     answers: asyncio.Queue[pb.EnqueueStreamResponse | None] = asyncio.Queue()
     reader = asyncio.create_task(_read(requests, enqueue_one, answers), name="enqueue-stream")
     streams.opened(reader)

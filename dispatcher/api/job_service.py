@@ -98,10 +98,13 @@ class JobService(pb_grpc.JobServiceServicer):
         return pb.EnqueueResponse(job_id=job_id, created=created)
 
     async def EnqueueStream(
-        self, requests: AsyncIterator[pb.EnqueueStreamRequest], context: Any
+        self, requests: AsyncIterator[pb.EnqueueStreamRequest], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.EnqueueStreamResponse]:
-        async for message in enqueue_stream.answer(requests, self._enqueue_one, self.enqueue_streams):
-            yield message
+        try:
+            async for message in enqueue_stream.answer(requests, self._enqueue_one, self.enqueue_streams):
+                yield message
+        except DispatcherError as exc:  # the stream refused (too many open): each job's own go in answers
+            await context.abort(exc.code, str(exc))
 
     async def _enqueue_one(self, spec: pb.JobSpec) -> tuple[str, bool]:
         now = wall_ms()

@@ -28,14 +28,16 @@ class EnqueueStreams:
         self._none_open = asyncio.Event()
         self._none_open.set()
 
-    def opened(self, reader: asyncio.Task[None]) -> None:
-        """A stream starts reading with ``reader``; RESOURCE_EXHAUSTED past max_open."""
+    def admit(self) -> None:
+        """RESOURCE_EXHAUSTED when max_open streams are open already."""
         if len(self._readers) >= self.max_open:
-            reader.cancel()
             raise ResourceExhausted(
                 f"this dispatcher has {len(self._readers)} enqueue streams open, its limit; "
                 "use fewer clients or send jobs with EnqueueMany"
             )
+
+    def opened(self, reader: asyncio.Task[None]) -> None:
+        """A stream (admitted) starts reading with ``reader``."""
         self._readers.add(reader)
         self._none_open.clear()
         metrics.ENQUEUE_STREAMS.set(len(self._readers))
