@@ -82,8 +82,8 @@ class Resend:
 
 class Attempts:
     """How one job's sending goes: each stream's outcome becomes the job's id, its error, or where
-    to send it again. A job the stream it met had ended before is sent once on a new one; meeting
-    an ended stream again, it gets that stream's ending as its own (a new stream that fails at once
+    to send it again. A job that finds its stream already ended is sent once on a new one; should
+    that one have ended too, the job gets its ending as its own (a new stream that fails at once
     fails as a unary call would). At most one resend after a closing stream."""
 
     def __init__(self, address: str, target: str, routes: OwnerRoutes | None) -> None:
