@@ -119,10 +119,33 @@ class _ClientOptions:
         )  # fmt: skip
         self._metadata = self.security.metadata
         self._routes = OwnerRoutes(self.target) if route else None
+        self._owner_stubs: dict[str, dict[str, Any]] = {}
+        self._owner_channels: list[Any] = []
+        self._owner_channel_of: dict[str, Any] = {}
         self._open()
+
+    _stubs: dict[str, Any]  # the target's (``_open``)
 
     def _open(self) -> None:
         raise NotImplementedError
+
+    def _new_channel(self, address: str) -> Any:
+        raise NotImplementedError
+
+    def _owner_stubs_of(self, address: str) -> dict[str, Any]:
+        """A routed owner's stubs, its channel opened on first use (``Client`` holds ``_owner_lock``)."""
+        stubs: dict[str, Any] | None = self._owner_stubs.get(address)
+        if stubs is None:
+            channel = self._new_channel(address)
+            self._owner_channels.append(channel)
+            self._owner_channel_of[address] = channel
+            stubs = self._owner_stubs[address] = _stubs(channel)
+        return stubs
+
+    def _stream_method(self, address: str) -> Any:
+        """The ``EnqueueStream`` method of ``address``'s stubs (the target's or an owner's)."""
+        stubs = self._stubs if address == self.target else self._owner_stubs_of(address)
+        return stubs[calls.JOBS].EnqueueStream
 
 
 class Client(_ClientOptions):
@@ -137,13 +160,10 @@ class Client(_ClientOptions):
     """
 
     def _open(self) -> None:
-        self._channel = self.security.channel(self.target, options=CHANNEL_OPTIONS)
+        self._channel = self._new_channel(self.target)
         self._stubs = _stubs(self._channel)
         self._map_lock = threading.Lock()  # held by the one thread re-reading the shard map
         self._owner_lock = threading.Lock()
-        self._owner_stubs: dict[str, dict[str, Any]] = {}
-        self._owner_channels: list[grpc.Channel] = []
-        self._owner_channel_of: dict[str, grpc.Channel] = {}
         self._streams: dict[str, BlockingEnqueueStream] = {}  # address -> its single enqueues' stream
         self._unary_only: set[str] = set()  # addresses of dispatchers without EnqueueStream
 
@@ -181,12 +201,9 @@ class Client(_ClientOptions):
         with self._owner_lock:
             stream = self._streams.get(address)
             if stream is None:
-                if address == self.target:
-                    channel = self._channel
-                else:
-                    self._owner_stubs_locked(address)
-                    channel = self._owner_channel_of[address]
-                stream = self._streams[address] = BlockingEnqueueStream(channel, self._metadata)
+                stream = self._streams[address] = BlockingEnqueueStream(
+                    self._stream_method(address), self._metadata
+                )
             return stream
 
     def _drop_stream(self, address: str, stream: BlockingEnqueueStream) -> None:
@@ -211,16 +228,10 @@ class Client(_ClientOptions):
 
     def _owner_stubs_at(self, address: str) -> dict[str, Any]:
         with self._owner_lock:
-            return self._owner_stubs_locked(address)
+            return self._owner_stubs_of(address)
 
-    def _owner_stubs_locked(self, address: str) -> dict[str, Any]:
-        stubs = self._owner_stubs.get(address)
-        if stubs is None:
-            channel = self.security.channel(address, options=CHANNEL_OPTIONS)
-            self._owner_channels.append(channel)
-            self._owner_channel_of[address] = channel
-            stubs = self._owner_stubs[address] = _stubs(channel)
-        return stubs
+    def _new_channel(self, address: str) -> grpc.Channel:
+        return self.security.channel(address, options=CHANNEL_OPTIONS)
 
     def _retire_owners(self, routes: OwnerRoutes) -> None:
         with self._owner_lock:
@@ -563,13 +574,10 @@ class AsyncClient(_ClientOptions):
     """
 
     def _open(self) -> None:
-        self._channel = self.security.aio_channel(self.target, options=CHANNEL_OPTIONS)
+        self._channel = self._new_channel(self.target)
         self._stubs = _stubs(self._channel)
         self._pipeline = EnqueuePipeline(self._enqueue_one, self._enqueue_specs)
         self._map_read: asyncio.Future[None] | None = None
-        self._owner_stubs: dict[str, dict[str, Any]] = {}
-        self._owner_channels: list[grpc.aio.Channel] = []
-        self._owner_channel_of: dict[str, grpc.aio.Channel] = {}
         self._streams: dict[str, AsyncEnqueueStream] = {}  # address -> its single enqueues' stream
         self._unary_only: set[str] = set()  # addresses of dispatchers without EnqueueStream
 
@@ -595,20 +603,14 @@ class AsyncClient(_ClientOptions):
         if address == self.target or self._routes is None:
             return await self._rpc(self._stubs, call)
         try:
-            return await self._rpc(self._owner_stubs_at(address), call)
+            return await self._rpc(self._owner_stubs_of(address), call)
         except grpc.aio.AioRpcError as exc:
             if self._routes.failed(address, exc):
                 return await self._rpc(self._stubs, call)
             raise
 
-    def _owner_stubs_at(self, address: str) -> dict[str, Any]:
-        stubs = self._owner_stubs.get(address)
-        if stubs is None:
-            channel = self.security.aio_channel(address, options=CHANNEL_OPTIONS)
-            self._owner_channels.append(channel)
-            self._owner_channel_of[address] = channel
-            stubs = self._owner_stubs[address] = _stubs(channel)
-        return stubs
+    def _new_channel(self, address: str) -> grpc.aio.Channel:
+        return self.security.aio_channel(address, options=CHANNEL_OPTIONS)
 
     async def _address_of(self, job_types: Iterable[str]) -> str:
         """Where jobs of these types go together (reading the shard map first if it is unknown)."""
@@ -659,13 +661,8 @@ class AsyncClient(_ClientOptions):
     def _stream_at(self, address: str) -> AsyncEnqueueStream:
         stream = self._streams.get(address)
         if stream is None:
-            channel = self._channel if address == self.target else self._owner_channel_at(address)
-            stream = self._streams[address] = AsyncEnqueueStream(channel, self._metadata)
+            stream = self._streams[address] = AsyncEnqueueStream(self._stream_method(address), self._metadata)
         return stream
-
-    def _owner_channel_at(self, address: str) -> grpc.aio.Channel:
-        self._owner_stubs_at(address)
-        return self._owner_channel_of[address]
 
     async def _enqueue_specs(self, specs: list[pb.JobSpec], address: str) -> list[str]:
         return await self._send_to(address, calls.enqueue_many(specs))

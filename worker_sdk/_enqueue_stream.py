@@ -36,7 +36,6 @@ from typing import Any
 import grpc
 
 from shardq_common.pb import shardq_pb2 as pb
-from shardq_common.pb import shardq_pb2_grpc as pb_grpc
 
 from ._errors import ShardqError, UnavailableError, error_for, from_rpc_error
 from ._routing import OwnerRoutes
@@ -140,15 +139,14 @@ class BlockingEnqueueStream:
     requests as they are queued, one of the stream's own reads the answers and hands each to the
     thread waiting for it."""
 
-    def __init__(self, channel: grpc.Channel, metadata: Sequence[tuple[str, str]] | None) -> None:
+    def __init__(self, method: Any, metadata: Sequence[tuple[str, str]] | None) -> None:
+        """``method``: the address's ``JobServiceStub.EnqueueStream``."""
         self._requests: queue.SimpleQueue[pb.EnqueueStreamRequest | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._waiting: dict[int, queue.SimpleQueue[Outcome]] = {}
         self._seq = 0
         self._ended: _Ending | grpc.RpcError | None = None
-        self._call: Any = pb_grpc.JobServiceStub(channel).EnqueueStream(
-            iter(self._requests.get, None), metadata=metadata
-        )
+        self._call: Any = method(iter(self._requests.get, None), metadata=metadata)
         threading.Thread(target=self._read, name="shardq-enqueue-stream", daemon=True).start()
 
     def send(self, spec: pb.JobSpec, timeout: float) -> Outcome:
@@ -202,8 +200,9 @@ class AsyncEnqueueStream:
     """One EnqueueStream call of an ``AsyncClient``: its tasks write jobs one at a time, and a task
     of the stream's own reads the answers and resolves each job's future."""
 
-    def __init__(self, channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]] | None) -> None:
-        self._call: Any = pb_grpc.JobServiceStub(channel).EnqueueStream(metadata=metadata)
+    def __init__(self, method: Any, metadata: Sequence[tuple[str, str]] | None) -> None:
+        """``method``: the address's ``JobServiceStub.EnqueueStream``."""
+        self._call: Any = method(metadata=metadata)
         self._waiting: dict[int, asyncio.Future[Outcome]] = {}
         self._seq = 0
         self._writing = asyncio.Lock()  # grpc.aio takes one write at a time
