@@ -154,7 +154,9 @@ def test_a_stopping_dispatcher_answers_what_it_read(start_dispatcher, redis_url,
         stop.set()
     assert len(refused) == 16, refused  # each thread's last call, once nothing listens
     for exc in refused.values():
-        assert isinstance(exc, UnavailableError), exc
+        # UNAVAILABLE: refused as not accepted, or no connection. CANCELLED: a stream opened while
+        # the server was shutting down, which gRPC cancels before any handler reads it.
+        assert exc.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED), exc
     assert _rows(db_url) == got
 
 
