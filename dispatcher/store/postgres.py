@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -150,6 +151,13 @@ class _PgTx(Tx):
 _CONFLICTS = ("40P01", "40001")
 
 
+def _store_error(exc: psycopg.OperationalError | PoolTimeout) -> StoreConflict | StoreUnavailable:
+    """A server that is gone or unreachable is an outage; a conflict (an OperationalError too) is not."""
+    if getattr(exc, "sqlstate", None) in _CONFLICTS:
+        return StoreConflict(f"transaction aborted by a conflict with another: {exc}")
+    return StoreUnavailable(f"database unavailable: {exc}")
+
+
 class PostgresStore(PartitionQueries, Store):
     backend = "postgres"
 
@@ -157,6 +165,9 @@ class PostgresStore(PartitionQueries, Store):
         self.url = url
         self.url_for_logs = redact(url)
         self.pool = AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, timeout=5.0)
+        # The pooled connection kept in autocommit for statements that commit alone (_execute_alone).
+        self._kept: psycopg.AsyncConnection[Any] | None = None
+        self._kept_lock = asyncio.Lock()
 
     async def open(self) -> None:
         try:
@@ -171,9 +182,54 @@ class PostgresStore(PartitionQueries, Store):
             async with self.pool.connection() as conn:
                 yield conn
         except (psycopg.OperationalError, PoolTimeout) as exc:
-            if getattr(exc, "sqlstate", None) in _CONFLICTS:  # an OperationalError too, but no outage
-                raise StoreConflict(f"transaction aborted by a conflict with another: {exc}") from exc
-            raise StoreUnavailable(f"database unavailable: {exc}") from exc
+            raise _store_error(exc) from exc
+
+    async def _execute_alone(self, statement: str, params: Sequence[Any]) -> None:
+        """Run one statement as its own (durable) transaction, on a pooled connection kept in
+        autocommit between uses: the group commit sends its inserts one after another, and checking
+        a connection out and back in, with autocommit switched on and off, cost about a sixth of a
+        one-row insert's client CPU (docs/performance.md). The connection goes back to the pool
+        (which discards a broken one) when a statement leaves it anything but idle.
+
+        A connection can have died since its last use, kept or idle in the pool (the server
+        restarted, or a proxy cut it while idle): a statement that fails on one is sent once more,
+        after the pool has tested its idle connections. Only statements that may run twice come
+        here: an insert of new ids, which skips ids present."""
+        async with self._kept_lock:
+            for last_try in (False, True):
+                try:
+                    if self._kept is None:
+                        conn = await self.pool.getconn()
+                        try:
+                            await conn.set_autocommit(True)
+                        except BaseException:
+                            await self.pool.putconn(conn)
+                            raise
+                        self._kept = conn
+                    try:
+                        await self._kept.execute(statement, params)
+                    finally:
+                        if self._kept.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                            await self._give_back_kept()
+                    return
+                except psycopg.OperationalError as exc:
+                    if last_try:
+                        raise _store_error(exc) from exc
+                    # The pool's idle connections are likely as dead: the pool tests each (one
+                    # round trip) and replaces those that fail, before the next checkout.
+                    await self.pool.check()
+                except PoolTimeout as exc:
+                    raise _store_error(exc) from exc
+
+    async def _give_back_kept(self) -> None:
+        conn, self._kept = self._kept, None
+        if conn is not None:
+            if not conn.closed:
+                try:
+                    await conn.set_autocommit(False)  # as the pool's other users expect it
+                except psycopg.Error:
+                    await conn.close()
+            await self.pool.putconn(conn)
 
     @asynccontextmanager
     async def transaction(self, *, durable: bool = True) -> AsyncIterator[Tx]:
@@ -218,16 +274,12 @@ class PostgresStore(PartitionQueries, Store):
     async def insert_jobs(self, rows: Sequence[JobRow]) -> list[tuple[str, bool]]:
         if len(rows) > _ONE_STATEMENT_ROWS or any(r.idem_key for r in rows):
             return await super().insert_jobs(rows)
-        async with self._connection() as conn:
-            await conn.set_autocommit(True)  # the statement is its own (durable) transaction
-            try:
-                if len(rows) <= _VALUES_ROWS:
-                    values = [v for r in rows for v in r.new_job_values()]
-                    await conn.execute(_INSERT_VALUES[len(rows)], values)
-                else:
-                    await conn.execute(_INSERT_NEW_JOBS, _as_columns([r.new_job_values() for r in rows]))
-            finally:
-                await conn.set_autocommit(False)
+        if len(rows) <= _VALUES_ROWS:
+            await self._execute_alone(
+                _INSERT_VALUES[len(rows)], [v for r in rows for v in r.new_job_values()]
+            )
+        else:
+            await self._execute_alone(_INSERT_NEW_JOBS, _as_columns([r.new_job_values() for r in rows]))
         return [(r.id, True) for r in rows]
 
     async def apply_updates(
@@ -334,4 +386,6 @@ class PostgresStore(PartitionQueries, Store):
         return int(row[0]) if row else 0
 
     async def close(self) -> None:
+        async with self._kept_lock:
+            await self._give_back_kept()
         await self.pool.close()

@@ -275,3 +275,17 @@ def test_redis_down_while_jobs_run(start_dispatcher, private_redis, db_url, star
         assert ended == set(ids)
         assert {client.get_job(i).status for i in ids} == {"succeeded"}
         assert count_jobs(db_url) == len(ids)
+
+
+def test_the_first_enqueue_after_the_database_restarts_is_accepted(pg_cluster, start_dispatcher, redis_url):
+    """PostgreSQL restarts while the dispatcher idles: the connections it holds are dead, and it only
+    finds out when it next uses one. A single enqueue then (the one-statement insert, on a connection
+    that may have died since its last use) is accepted, not refused: the statement is sent once more,
+    on a connection that works, which is safe since it inserts new ids and skips ids present."""
+    proc = start_dispatcher(redis_url, pg_cluster.url)
+    with Client(proc.target, timeout=20) as client:
+        before = [client.enqueue("noop_pgrestart", {"i": i}) for i in range(3)]
+        pg_cluster.restart("fast")
+        after = [client.enqueue("noop_pgrestart", {"i": i}) for i in range(3)]
+        assert len(set(before + after)) == 6
+        assert all(db_status(pg_cluster.url, i) in ("ready", "succeeded") for i in after)
