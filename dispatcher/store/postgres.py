@@ -187,8 +187,8 @@ class PostgresStore(PartitionQueries, Store):
     async def _execute_alone(self, statement: str, params: Sequence[Any]) -> None:
         """Run one statement as its own (durable) transaction, on a pooled connection kept in
         autocommit between uses: the group commit sends its inserts one after another, and checking
-        a connection out and back in, with autocommit switched on and off, cost about a sixth of a
-        one-row insert's client CPU (docs/performance.md). The connection goes back to the pool
+        a connection out and back in, with autocommit switched on and off, is a share of a one-row
+        insert's client CPU worth saving (docs/performance.md). The connection goes back to the pool
         (which discards a broken one) when a statement leaves it anything but idle.
 
         A connection can have died since its last use, kept or idle in the pool (the server
