@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -149,6 +150,9 @@ class _PgTx(Tx):
 
 #: SQLSTATEs of a transaction the server aborted to resolve a conflict: deadlock, serialization.
 _CONFLICTS = ("40P01", "40001")
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+# As long as the pool waits for a connection.
+_CONNECT_TIMEOUT_S = 5
 
 
 def _store_error(exc: psycopg.OperationalError | PoolTimeout) -> StoreConflict | StoreUnavailable:
@@ -164,8 +168,10 @@ class PostgresStore(PartitionQueries, Store):
     def __init__(self, url: str, min_size: int = 1, max_size: int = 8) -> None:
         self.url = url
         self.url_for_logs = redact(url)
-        self.pool = AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, timeout=5.0)
-        # The pooled connection kept in autocommit for statements that commit alone (_execute_alone).
+        self.pool = AsyncConnectionPool(
+            url, min_size=min_size, max_size=max_size, open=False, timeout=_CONNECT_TIMEOUT_S
+        )
+        # The connection kept open in autocommit for statements that commit alone (_execute_alone).
         self._kept: psycopg.AsyncConnection[Any] | None = None
         self._kept_lock = asyncio.Lock()
 
@@ -185,51 +191,40 @@ class PostgresStore(PartitionQueries, Store):
             raise _store_error(exc) from exc
 
     async def _execute_alone(self, statement: str, params: Sequence[Any]) -> None:
-        """Run one statement as its own (durable) transaction, on a pooled connection kept in
-        autocommit between uses: the group commit sends its inserts one after another, and checking
-        a connection out and back in, with autocommit switched on and off, is a share of a one-row
-        insert's client CPU worth saving (docs/performance.md). The connection goes back to the pool
-        (which discards a broken one) when a statement leaves it anything but idle.
+        """Run one statement as its own (durable) transaction, on a connection of its own kept open in
+        autocommit: the group commit sends its inserts one after another, and a pooled connection's
+        checkout and check-in, with autocommit switched on and off, is a share of a one-row insert's
+        client CPU worth saving (docs/performance.md).
 
-        A connection can have died since its last use, kept or idle in the pool (the server
-        restarted, or a proxy cut it while idle): a statement that fails on one is sent once more,
-        after the pool has tested its idle connections. Only statements that may run twice come
-        here: an insert of new ids, which skips ids present."""
+        The kept connection can have died since its last use (the server restarted, or a proxy cut
+        it while idle): a statement that fails on it with a connection error is sent once more, on a
+        new connection. Only statements that may run twice come here: an insert of new ids, which
+        skips ids present. A new connection waits at most _CONNECT_TIMEOUT_S, so an enqueue during
+        an outage is refused within it."""
         async with self._kept_lock:
             for last_try in (False, True):
+                reused = self._kept is not None
                 try:
                     if self._kept is None:
-                        conn = await self.pool.getconn()
-                        try:
-                            await conn.set_autocommit(True)
-                        except BaseException:
-                            await self.pool.putconn(conn)
-                            raise
-                        self._kept = conn
-                    try:
-                        await self._kept.execute(statement, params)
-                    finally:
-                        if self._kept.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                            await self._give_back_kept()
+                        self._kept = await psycopg.AsyncConnection.connect(
+                            self.url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_S
+                        )
+                    await self._kept.execute(statement, params)
                     return
                 except psycopg.OperationalError as exc:
-                    if last_try:
+                    await self._close_kept()
+                    if last_try or not reused:
                         raise _store_error(exc) from exc
-                    # The pool's idle connections are likely as dead: the pool tests each (one
-                    # round trip) and replaces those that fail, before the next checkout.
-                    await self.pool.check()
-                except PoolTimeout as exc:
-                    raise _store_error(exc) from exc
+                finally:
+                    # A cancelled statement can leave it mid-query: a new one serves the next.
+                    if self._kept is not None and self._kept.info.transaction_status != _IDLE:
+                        await self._close_kept()
 
-    async def _give_back_kept(self) -> None:
+    async def _close_kept(self) -> None:
         conn, self._kept = self._kept, None
         if conn is not None:
-            if not conn.closed:
-                try:
-                    await conn.set_autocommit(False)  # as the pool's other users expect it
-                except psycopg.Error:
-                    await conn.close()
-            await self.pool.putconn(conn)
+            with contextlib.suppress(psycopg.Error):
+                await conn.close()
 
     @asynccontextmanager
     async def transaction(self, *, durable: bool = True) -> AsyncIterator[Tx]:
@@ -387,5 +382,5 @@ class PostgresStore(PartitionQueries, Store):
 
     async def close(self) -> None:
         async with self._kept_lock:
-            await self._give_back_kept()
+            await self._close_kept()
         await self.pool.close()
