@@ -180,6 +180,14 @@ class PostgresStore(PartitionQueries, Store):
             await self.pool.open(wait=True, timeout=10.0)
         except PoolTimeout as exc:
             raise StoreUnavailable(f"cannot connect to {self.url_for_logs}") from exc
+        # Opened now, not at the first enqueue: connecting takes milliseconds that enqueue would wait.
+        with contextlib.suppress(psycopg.OperationalError):
+            self._kept = await self._connect_kept()
+
+    async def _connect_kept(self) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(
+            self.url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_S
+        )
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -206,9 +214,7 @@ class PostgresStore(PartitionQueries, Store):
                 reused = self._kept is not None
                 try:
                     if self._kept is None:
-                        self._kept = await psycopg.AsyncConnection.connect(
-                            self.url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_S
-                        )
+                        self._kept = await self._connect_kept()
                     await self._kept.execute(statement, params)
                     return
                 except psycopg.OperationalError as exc:
