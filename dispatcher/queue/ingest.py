@@ -58,8 +58,8 @@ Committed = tuple[list[tuple[str, bool]], Any]  # (id, created) per row, and wha
 
 class GroupCommit:
     """Insert rows from concurrent callers in shared transactions. ``committed`` sees each group's
-    rows and results before any of its callers resumes (what it returns goes to each caller), so a
-    group's jobs are sorted once, into one push per shard for all of its callers."""
+    rows and results before any of its callers resumes (what it returns goes to each caller), so
+    work that should start at the commit is not queued behind the callers' answers."""
 
     def __init__(
         self,
@@ -337,8 +337,8 @@ class Ingestor:
         self, parts: list[tuple[Sequence[JobRow], list[tuple[str, bool]]]]
     ) -> list[tuple[dict[int, list[NewJob]], bool]]:
         """A group commit's new jobs as the group's callers resume: this process's shards' jobs
-        queued at once (one push per shard for the whole group, its Redis call made once the
-        answers are on their way), another's per caller, to hand on before its answer."""
+        queued at once (one push per shard for the whole group, its Redis call on the way before
+        the first answer is built), another's per caller, to hand on before its answer."""
         try:
             return self._sort_committed(parts)
         except Exception:
@@ -379,17 +379,8 @@ class Ingestor:
             self._count_unqueued(mine)
             out.append((others, self.unqueued > MAX_UNQUEUED))
         for shard, jobs in owned.items():  # the group is gathered already: no coalescing step
-            self._start_queueing(shard, jobs, self._push_after_answers)
+            self._start_queueing(shard, jobs, self.push)
         return out
-
-    async def _push_after_answers(self, shard: int, jobs: list[NewJob]) -> None:
-        """Push a group commit's jobs once its callers' answers are on their way: the callers resume
-        in the event loop's next turn, and an answer on an enqueue stream leaves in the turn after
-        (through its stream's task). Started first, the push's own Python (the script call's packing
-        and send) would hold every answer back; one enqueue at a time waits for all of it."""
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
-        await self.push(shard, jobs)
 
     async def _hand_on(self, shard: int, jobs: list[NewJob]) -> None:
         """Push or hand on committed jobs before the answer, which is OK whatever fails here: an
