@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import psycopg
@@ -155,8 +154,9 @@ _IDLE = psycopg.pq.TransactionStatus.IDLE
 _CONNECT_TIMEOUT_S = 5
 
 
-def _store_error(exc: psycopg.OperationalError | PoolTimeout) -> StoreConflict | StoreUnavailable:
-    """A server that is gone or unreachable is an outage; a conflict (an OperationalError too) is not."""
+def _store_error(exc: psycopg.OperationalError) -> StoreConflict | StoreUnavailable:
+    """A server that is gone or unreachable (a pool timeout too: an OperationalError) is an outage; a
+    conflict is not."""
     if getattr(exc, "sqlstate", None) in _CONFLICTS:
         return StoreConflict(f"transaction aborted by a conflict with another: {exc}")
     return StoreUnavailable(f"database unavailable: {exc}")
@@ -181,7 +181,7 @@ class PostgresStore(PartitionQueries, Store):
         except PoolTimeout as exc:
             raise StoreUnavailable(f"cannot connect to {self.url_for_logs}") from exc
         # Opened now, not at the first enqueue: connecting takes milliseconds that enqueue would wait.
-        with contextlib.suppress(psycopg.OperationalError):
+        with suppress(psycopg.OperationalError):
             self._kept = await self._connect_kept()
 
     async def _connect_kept(self) -> psycopg.AsyncConnection[Any]:
@@ -229,7 +229,7 @@ class PostgresStore(PartitionQueries, Store):
     async def _close_kept(self) -> None:
         conn, self._kept = self._kept, None
         if conn is not None:
-            with contextlib.suppress(psycopg.Error):
+            with suppress(psycopg.Error):
                 await conn.close()
 
     @asynccontextmanager
