@@ -45,6 +45,11 @@ RESTORE_CHUNK = 500  # ids looked up and restored in one go (one restore script 
 # Only a job missing past this, and never noted, is one Redis lost: the warning an operator reads
 # as data loss. The wait delays the restore of young jobs Redis lost by this much at most.
 IN_FLIGHT_MS = 10_000
+# After Redis lost a shard's data, only jobs committed before the loss was noticed went with it; ones
+# committed since are pushed to the Redis that answers now, and are given IN_FLIGHT_MS like any young
+# job. The slack covers the clocks of the processes that stamp enqueued_at (the accepting one) and
+# notice the loss (the owner), and the moment between a shard's acquisition and the loss's note.
+LOSS_NOTICED_SLACK_MS = 1_000
 RECHECK_S = 0.25  # how often the young missing jobs are looked for again
 # Shards reconciled at once (a full sweep, or Redis losing every shard, asks for all of them): each
 # keeps a DB connection busy, and the status writer and enqueues need the pool's others.
@@ -71,10 +76,16 @@ def record_from_row(row: JobRow, now: int, *, requeue: bool = False) -> JobRecor
     )
 
 
-def _may_be_on_its_way(row: JobRow, now: int, in_flight_ms: int) -> bool:
-    """Committed (or released from 'waiting': its updated_at) lately and never leased: its push
-    (behind its enqueue's answer, or a hand-off to this process) may not have reached Redis yet."""
-    return row.attempts == 0 and now - max(row.enqueued_at, row.updated_at) < in_flight_ms
+def _may_be_on_its_way(row: JobRow, now: int, in_flight_ms: int, lost_at_ms: int) -> bool:
+    """Committed (or released from 'waiting': its updated_at) lately, after any loss of the shard's
+    data, and never leased: its push (behind its enqueue's answer, or a hand-off to this process)
+    may not have reached Redis yet."""
+    committed = max(row.enqueued_at, row.updated_at)
+    return (
+        row.attempts == 0
+        and now - committed < in_flight_ms
+        and committed >= lost_at_ms - LOSS_NOTICED_SLACK_MS
+    )
 
 
 class Reconciler:
@@ -101,19 +112,22 @@ class Reconciler:
         epoch: int,
         still_owner: Callable[[], bool] = lambda: True,
         *,
-        after_loss: bool = False,
+        lost_at_ms: int | None = None,
     ) -> int:
         """Restore the shard's active jobs that Redis does not hold, a page at a time (stopping early
         once ``still_owner()`` says the shard is gone). Returns how many.
 
-        ``after_loss``: Redis lost the shard's data (its meta was gone, or another master answers).
-        Missing jobs are then restored at once, young ones too: most were lost, not on their way, and
-        a push that comes after all finds its job restored and skips it."""
+        ``lost_at_ms``: when this process found that Redis had lost the shard's data (its meta was
+        gone, or another master answers). Missing jobs committed before then are restored at once,
+        young ones too: they were lost, not on their way, and a push that comes after all finds its job
+        restored and skips it. Ones committed since are awaited as usual: a process that starts on an
+        empty Redis takes every shard that way, and answers enqueues while these reconciles wait for
+        their turn."""
         lock = self._locks.setdefault(shard, asyncio.Lock())
         restored = Restored()
         caught_up = 0
         waiting: dict[str, int] = {}  # young jobs missing -> until when (wall ms) their push may come
-        in_flight_ms = 0 if after_loss else self.in_flight_ms
+        lost = lost_at_ms or 0
         try:
             async with lock, self._slots:
                 # Waiting jobs (issue 21) are never put in Redis: they are not among the active ids.
@@ -124,7 +138,7 @@ class Reconciler:
                     if not still_owner():
                         break
                     caught_up += self._catch_up(shard, await self.working_set.finished(shard, ids))
-                    async for done in self._restore_chunks(shard, epoch, ids, waiting, in_flight_ms):
+                    async for done in self._restore_chunks(shard, epoch, ids, waiting, lost):
                         restored += done
             # Outside the slot: a shard whose young jobs are awaited holds up no other shard's
             # reconcile. Looking again costs a script call per RESTORE_CHUNK jobs awaited: many are
@@ -135,7 +149,7 @@ class Reconciler:
                 started = asyncio.get_running_loop().time()
                 again = list(waiting)
                 async with lock, self._slots:
-                    async for done in self._restore_chunks(shard, epoch, again, waiting, in_flight_ms):
+                    async for done in self._restore_chunks(shard, epoch, again, waiting, lost):
                         restored += done
                 pause = max(RECHECK_S, 4 * (asyncio.get_running_loop().time() - started))
         finally:
@@ -152,7 +166,7 @@ class Reconciler:
         return restored.total
 
     async def _restore_chunks(
-        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], in_flight_ms: int
+        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], lost_at_ms: int
     ) -> AsyncIterator[Restored]:
         """Restore the missing ones of ``ids`` a chunk at a time, yielding what each chunk put back:
         counted as it goes, so a reconcile fenced off in the middle of a page still says what the
@@ -160,7 +174,7 @@ class Reconciler:
         for i in range(0, len(ids), RESTORE_CHUNK):
             chunk = ids[i : i + RESTORE_CHUNK]
             async with self.writer.forgets_held(shard, chunk):
-                done = await self._restore_missing(shard, epoch, chunk, waiting, in_flight_ms)
+                done = await self._restore_missing(shard, epoch, chunk, waiting, lost_at_ms)
             if done.total:
                 self.restored_total += done.total
                 metrics.RESTORED.labels("lost").inc(done.lost)
@@ -169,11 +183,11 @@ class Reconciler:
                 yield done
 
     async def _restore_missing(
-        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], in_flight_ms: int
+        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], lost_at_ms: int
     ) -> Restored:
         """Restore those of these jobs that Redis does not hold and that are still active, but for
-        ones younger than ``in_flight_ms`` whose push may still come (``waiting``: they are left there
-        until it is late).
+        ones younger than ``in_flight_ms`` and committed after ``lost_at_ms``, whose push may still
+        come (``waiting``: they are left there until it is late).
 
         Their ids were read a moment ago; since then a job may have finished or been cancelled. Its
         row is read again once Redis is found without it: a finished job's record leaves Redis only
@@ -199,8 +213,12 @@ class Reconciler:
         rows = [r for r in await self.store.get_jobs(due) if r.status in ACTIVE]
         put_back = []
         for r in rows:
-            if r.id not in awaited and not missing[r.id] and _may_be_on_its_way(r, now, in_flight_ms):
-                waiting[r.id] = min(max(r.enqueued_at, r.updated_at), now) + in_flight_ms
+            if (
+                r.id not in awaited
+                and not missing[r.id]
+                and _may_be_on_its_way(r, now, self.in_flight_ms, lost_at_ms)
+            ):
+                waiting[r.id] = min(max(r.enqueued_at, r.updated_at), now) + self.in_flight_ms
             else:
                 put_back.append(r)
         if not put_back:

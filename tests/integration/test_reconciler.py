@@ -18,7 +18,7 @@ import redis.asyncio as aredis
 from structlog.testing import capture_logs
 
 from dispatcher.queue.ids import new_job_id
-from dispatcher.queue.reconciler import Reconciler
+from dispatcher.queue.reconciler import LOSS_NOTICED_SLACK_MS, Reconciler
 from dispatcher.queue.records import JobRecord
 from dispatcher.queue.states import JobState, Priority
 from dispatcher.queue.status_writer import StatusWriter, lease_update, transition_update
@@ -257,6 +257,47 @@ async def test_a_young_job_whose_push_lands_during_the_reconcile_is_queued_once_
     assert restores_logged(logs) == {}
 
 
+@pytest.mark.parametrize("committed", ["after the loss was noticed", "before it"])
+async def test_after_a_loss_only_jobs_committed_before_it_are_restored_at_once(
+    shard: Shard, committed: str
+) -> None:
+    """Redis lost the shard's data (a dispatcher starting on an empty Redis takes every shard so) and
+    its reconcile waits for its turn while enqueues are answered. A job committed after the loss was
+    noticed is pushed to the Redis that answers now: the reconcile waits for its push, which queues it
+    once, and reports nothing. It used to restore such jobs at once and report them as missing from
+    Redis (a fresh-clone run of test_enqueues_racing_a_second_dispatchers_start... saw 125 on each of
+    two shards). A young job committed before the loss went with it: restored at once, as lost."""
+    await shard.acquire(1, "only")
+    if committed == "before it":
+        job = await shard.commit_new_job(enqueued_ago_ms=LOSS_NOTICED_SLACK_MS + 500)  # young still
+        lost_at_ms = wall_ms()
+    else:
+        lost_at_ms = wall_ms()
+        job = await shard.commit_new_job(enqueued_ago_ms=0)
+    pushed: list[list[int]] = []
+    looks = 0
+    look = shard.working_set.missing
+
+    async def push_lands_before_the_second_look(shard_: int, ids: Sequence[str]) -> dict[str, bool]:
+        nonlocal looks
+        looks += 1
+        if looks == 2:
+            pushed.append(await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]))
+        return await look(shard_, ids)
+
+    shard.working_set.missing = push_lands_before_the_second_look  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        restored = await shard.reconciler.reconcile(SHARD, 1, lost_at_ms=lost_at_ms)
+    if not pushed:  # the reconcile did not wait: the push comes after it
+        pushed.append(await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]))
+    if committed == "before it":
+        assert (looks, restored, pushed) == (1, 1, [[0]])  # restored at once; the late push skips it
+        assert restores_logged(logs) == {"warning": 1}
+    else:
+        assert (looks, restored, pushed) == (2, 0, [[1]])  # queued ready by its push
+        assert restores_logged(logs) == {}
+
+
 async def test_a_young_job_whose_push_never_comes_is_restored_as_lost_once_it_is_late(shard: Shard) -> None:
     """Nothing pushes it nor notes it: Redis lost it (a flush right after the enqueue). It is put back
     once its push is late, and reported as missing from Redis."""
@@ -317,7 +358,7 @@ async def test_a_reconcile_cut_short_by_a_takeover_says_what_it_restored(shard: 
 
     shard.store.active_ids = taken_over_after_the_first_page  # type: ignore[method-assign]
     with capture_logs() as logs, pytest.raises(NotOwner):
-        await shard.reconciler.reconcile(SHARD, 1, after_loss=True)
+        await shard.reconciler.reconcile(SHARD, 1, lost_at_ms=wall_ms())
     assert restores_logged(logs) == {"warning": PAGE}
 
 
@@ -342,5 +383,5 @@ async def test_a_reconcile_fenced_off_in_the_middle_of_a_page_says_what_it_resto
 
     shard.working_set.missing = taken_over_before_the_second_chunk  # type: ignore[method-assign]
     with capture_logs() as logs, pytest.raises(NotOwner):
-        await shard.reconciler.reconcile(SHARD, 1, after_loss=True)
+        await shard.reconciler.reconcile(SHARD, 1, lost_at_ms=wall_ms())
     assert restores_logged(logs) == {"warning": RESTORE_CHUNK}
