@@ -45,11 +45,6 @@ RESTORE_CHUNK = 500  # ids looked up and restored in one go (one restore script 
 # Only a job missing past this, and never noted, is one Redis lost: the warning an operator reads
 # as data loss. The wait delays the restore of young jobs Redis lost by this much at most.
 IN_FLIGHT_MS = 10_000
-# After Redis lost a shard's data, only jobs committed before the loss was noticed went with it; ones
-# committed since are pushed to the Redis that answers now, and are given IN_FLIGHT_MS like any young
-# job. The slack covers the clocks of the processes that stamp enqueued_at (the accepting one) and
-# notice the loss (the owner), and the moment between a shard's acquisition and the loss's note.
-LOSS_NOTICED_SLACK_MS = 1_000
 RECHECK_S = 0.25  # how often the young missing jobs are looked for again
 # Shards reconciled at once (a full sweep, or Redis losing every shard, asks for all of them): each
 # keeps a DB connection busy, and the status writer and enqueues need the pool's others.
@@ -77,15 +72,15 @@ def record_from_row(row: JobRow, now: int, *, requeue: bool = False) -> JobRecor
 
 
 def _may_be_on_its_way(row: JobRow, now: int, in_flight_ms: int, lost_at_ms: int) -> bool:
-    """Committed (or released from 'waiting': its updated_at) lately, after any loss of the shard's
-    data, and never leased: its push (behind its enqueue's answer, or a hand-off to this process)
-    may not have reached Redis yet."""
+    """Committed (or released from 'waiting': its updated_at) lately, since Redis was last found to
+    have lost the shard's data, and never leased: its push (behind its enqueue's answer, or a
+    hand-off to this process) may not have reached Redis yet.
+
+    The boundary has no slack on purpose: after a failover, the jobs the new master lacks are the
+    newest ones before the switch, and a job stamped before the loss was noticed is restored at once
+    (one on its way is then reported lost, the lesser harm) rather than left waiting IN_FLIGHT_MS."""
     committed = max(row.enqueued_at, row.updated_at)
-    return (
-        row.attempts == 0
-        and now - committed < in_flight_ms
-        and committed >= lost_at_ms - LOSS_NOTICED_SLACK_MS
-    )
+    return row.attempts == 0 and lost_at_ms <= committed and now - committed < in_flight_ms
 
 
 class Reconciler:
@@ -118,11 +113,11 @@ class Reconciler:
         once ``still_owner()`` says the shard is gone). Returns how many.
 
         ``lost_at_ms``: when this process found that Redis had lost the shard's data (its meta was
-        gone, or another master answers). Missing jobs committed before then are restored at once,
-        young ones too: they were lost, not on their way, and a push that comes after all finds its job
-        restored and skips it. Ones committed since are awaited as usual: a process that starts on an
-        empty Redis takes every shard that way, and answers enqueues while these reconciles wait for
-        their turn."""
+        gone, or another master answers). Missing jobs stamped before then (enqueued_at, or updated_at
+        when released from 'waiting') are restored at once, young ones too: most were lost, not on
+        their way, and a push that comes after all finds its job restored and skips it. Ones stamped
+        since are awaited as usual: a process that starts on an empty Redis takes every shard that
+        way, and answers enqueues while these reconciles wait for their turn."""
         lock = self._locks.setdefault(shard, asyncio.Lock())
         restored = Restored()
         caught_up = 0
@@ -186,7 +181,7 @@ class Reconciler:
         self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], lost_at_ms: int
     ) -> Restored:
         """Restore those of these jobs that Redis does not hold and that are still active, but for
-        ones younger than ``in_flight_ms`` and committed after ``lost_at_ms``, whose push may still
+        ones younger than ``in_flight_ms`` and stamped since ``lost_at_ms``, whose push may still
         come (``waiting``: they are left there until it is late).
 
         Their ids were read a moment ago; since then a job may have finished or been cancelled. Its
