@@ -227,6 +227,29 @@ def restores_logged(logs: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
+class PushOnTheSecondLook:
+    """The job's push, landing between the reconcile's first look for missing jobs (which finds it
+    missing) and its second; or after the reconcile (``land()``) when it did not look again."""
+
+    def __init__(self, shard: Shard, job: NewJob) -> None:
+        self.shard = shard
+        self.job = job
+        self.looks = 0
+        self.pushed: list[list[int]] = []  # the enqueue script's code for the job, once pushed
+        self._look = shard.working_set.missing
+        shard.working_set.missing = self._missing  # type: ignore[method-assign]
+
+    async def _missing(self, shard_: int, ids: Sequence[str]) -> dict[str, bool]:
+        self.looks += 1
+        if self.looks == 2:
+            await self.land()
+        return await self._look(shard_, ids)
+
+    async def land(self) -> None:
+        if not self.pushed:
+            self.pushed.append(await self.shard.working_set.enqueue(SHARD, 1, wall_ms(), [self.job]))
+
+
 async def test_a_young_job_whose_push_lands_during_the_reconcile_is_queued_once_by_its_push(
     shard: Shard,
 ) -> None:
@@ -235,23 +258,11 @@ async def test_a_young_job_whose_push_lands_during_the_reconcile_is_queued_once_
     before the reconcile looks again; it queues the job, once, and nothing is reported."""
     await shard.acquire(1, "only")
     job = await shard.commit_new_job(enqueued_ago_ms=0)
-    pushed: list[list[int]] = []
-    looks = 0
-    look = shard.working_set.missing
-
-    async def push_lands_before_the_second_look(shard_: int, ids: Sequence[str]) -> dict[str, bool]:
-        nonlocal looks
-        looks += 1
-        if looks == 2:
-            pushed.append(await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]))
-        return await look(shard_, ids)
-
-    shard.working_set.missing = push_lands_before_the_second_look  # type: ignore[method-assign]
+    push = PushOnTheSecondLook(shard, job)
     with capture_logs() as logs:
         restored = await shard.reconciler.reconcile(SHARD, 1)
-    if not pushed:  # the reconcile did not wait: the push comes after it
-        pushed.append(await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]))
-    assert (restored, pushed) == (0, [[1]])  # queued ready by its push, not found there already
+    await push.land()  # unless it landed while the reconcile waited
+    assert (restored, push.pushed) == (0, [[1]])  # queued ready by its push, not found there already
     record = await shard.working_set.record(SHARD, job.id)
     assert record is not None and record.state is JobState.READY
     assert restores_logged(logs) == {}
@@ -275,27 +286,15 @@ async def test_after_a_loss_only_jobs_committed_before_it_are_restored_at_once(
     else:
         lost_at_ms = wall_ms()
         job = await shard.commit_new_job(enqueued_ago_ms=0)
-    pushed: list[list[int]] = []
-    looks = 0
-    look = shard.working_set.missing
-
-    async def push_lands_before_the_second_look(shard_: int, ids: Sequence[str]) -> dict[str, bool]:
-        nonlocal looks
-        looks += 1
-        if looks == 2:
-            pushed.append(await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]))
-        return await look(shard_, ids)
-
-    shard.working_set.missing = push_lands_before_the_second_look  # type: ignore[method-assign]
+    push = PushOnTheSecondLook(shard, job)
     with capture_logs() as logs:
         restored = await shard.reconciler.reconcile(SHARD, 1, lost_at_ms=lost_at_ms)
-    if not pushed:  # the reconcile did not wait: the push comes after it
-        pushed.append(await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]))
+    await push.land()  # unless it landed while the reconcile waited
     if committed == "before it":
-        assert (looks, restored, pushed) == (1, 1, [[0]])  # restored at once; the late push skips it
+        assert (push.looks, restored, push.pushed) == (1, 1, [[0]])  # restored; the late push skips it
         assert restores_logged(logs) == {"warning": 1}
     else:
-        assert (looks, restored, pushed) == (2, 0, [[1]])  # queued ready by its push
+        assert (push.looks, restored, push.pushed) == (2, 0, [[1]])  # queued ready by its push
         assert restores_logged(logs) == {}
 
 
