@@ -71,16 +71,16 @@ def record_from_row(row: JobRow, now: int, *, requeue: bool = False) -> JobRecor
     )
 
 
-def _may_be_on_its_way(row: JobRow, now: int, in_flight_ms: int, lost_at_ms: int) -> bool:
-    """Committed (or released from 'waiting': its updated_at) lately, since Redis was last found to
-    have lost the shard's data, and never leased: its push (behind its enqueue's answer, or a
-    hand-off to this process) may not have reached Redis yet.
+def _may_be_on_its_way(row: JobRow, now: int, in_flight_ms: int) -> bool:
+    """Committed (or released from 'waiting': its updated_at) lately and never leased: its push
+    (behind its enqueue's answer, or a hand-off to this process) may not have reached Redis yet."""
+    return row.attempts == 0 and now - max(row.enqueued_at, row.updated_at) < in_flight_ms
 
-    The boundary has no slack on purpose: after a failover, the jobs the new master lacks are the
-    newest ones before the switch, and a job stamped before the loss was noticed is restored at once
-    (one on its way is then reported lost, the lesser harm) rather than left waiting IN_FLIGHT_MS."""
-    committed = max(row.enqueued_at, row.updated_at)
-    return row.attempts == 0 and lost_at_ms <= committed and now - committed < in_flight_ms
+
+def _accepted_since(row: JobRow, lost_at_ms: int) -> bool:
+    """Stamped (enqueued_at, or updated_at when released from 'waiting') at or after ``lost_at_ms``
+    and never leased: it cannot have gone with data Redis had lost by then; its push is on its way."""
+    return row.attempts == 0 and max(row.enqueued_at, row.updated_at) >= lost_at_ms
 
 
 class Reconciler:
@@ -113,16 +113,15 @@ class Reconciler:
         once ``still_owner()`` says the shard is gone). Returns how many.
 
         ``lost_at_ms``: when this process found that Redis had lost the shard's data (its meta was
-        gone, or another master answers). Missing jobs stamped before then (enqueued_at, or updated_at
-        when released from 'waiting') are restored at once, young ones too: most were lost, not on
-        their way, and a push that comes after all finds its job restored and skips it. Ones stamped
-        since are awaited as usual: a process that starts on an empty Redis takes every shard that
-        way, and answers enqueues while these reconciles wait for their turn."""
+        gone, or another master answers). Missing jobs are then restored at once, young ones too: most
+        were lost, not on their way, and a push that comes after all finds its job restored and skips
+        it. Those accepted since ``lost_at_ms`` cannot have gone with the data, and are reported as
+        unpushed, not as lost: a process that starts on an empty Redis takes every shard that way,
+        and answers enqueues while these reconciles wait for their turn."""
         lock = self._locks.setdefault(shard, asyncio.Lock())
         restored = Restored()
         caught_up = 0
         waiting: dict[str, int] = {}  # young jobs missing -> until when (wall ms) their push may come
-        lost = lost_at_ms or 0
         try:
             async with lock, self._slots:
                 # Waiting jobs (issue 21) are never put in Redis: they are not among the active ids.
@@ -133,7 +132,7 @@ class Reconciler:
                     if not still_owner():
                         break
                     caught_up += self._catch_up(shard, await self.working_set.finished(shard, ids))
-                    async for done in self._restore_chunks(shard, epoch, ids, waiting, lost):
+                    async for done in self._restore_chunks(shard, epoch, ids, waiting, lost_at_ms):
                         restored += done
             # Outside the slot: a shard whose young jobs are awaited holds up no other shard's
             # reconcile. Looking again costs a script call per RESTORE_CHUNK jobs awaited: many are
@@ -144,7 +143,7 @@ class Reconciler:
                 started = asyncio.get_running_loop().time()
                 again = list(waiting)
                 async with lock, self._slots:
-                    async for done in self._restore_chunks(shard, epoch, again, waiting, lost):
+                    async for done in self._restore_chunks(shard, epoch, again, waiting, lost_at_ms):
                         restored += done
                 pause = max(RECHECK_S, 4 * (asyncio.get_running_loop().time() - started))
         finally:
@@ -161,7 +160,7 @@ class Reconciler:
         return restored.total
 
     async def _restore_chunks(
-        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], lost_at_ms: int
+        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], lost_at_ms: int | None
     ) -> AsyncIterator[Restored]:
         """Restore the missing ones of ``ids`` a chunk at a time, yielding what each chunk put back:
         counted as it goes, so a reconcile fenced off in the middle of a page still says what the
@@ -178,11 +177,11 @@ class Reconciler:
                 yield done
 
     async def _restore_missing(
-        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], lost_at_ms: int
+        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], lost_at_ms: int | None
     ) -> Restored:
         """Restore those of these jobs that Redis does not hold and that are still active, but for
-        ones younger than ``in_flight_ms`` and stamped since ``lost_at_ms``, whose push may still
-        come (``waiting``: they are left there until it is late).
+        ones younger than ``in_flight_ms`` whose push may still come (``waiting``: they are left there
+        until it is late), unless Redis lost the shard's data (``lost_at_ms``).
 
         Their ids were read a moment ago; since then a job may have finished or been cancelled. Its
         row is read again once Redis is found without it: a finished job's record leaves Redis only
@@ -209,21 +208,26 @@ class Reconciler:
         put_back = []
         for r in rows:
             if (
-                r.id not in awaited
+                lost_at_ms is None
+                and r.id not in awaited
                 and not missing[r.id]
-                and _may_be_on_its_way(r, now, self.in_flight_ms, lost_at_ms)
+                and _may_be_on_its_way(r, now, self.in_flight_ms)
             ):
                 waiting[r.id] = min(max(r.enqueued_at, r.updated_at), now) + self.in_flight_ms
             else:
                 put_back.append(r)
         if not put_back:
             return Restored()
+        # Expected to be missing, so noted as unpushed for the restore to count them so, not as lost.
+        expected: set[str] = set()
+        if lost_at_ms is not None:
+            expected.update(r.id for r in put_back if _accepted_since(r, lost_at_ms))
         if self.store.supports_sql_enqueue:
             # Jobs a producer's transaction enqueued (migration 0008) that no owner has pushed yet (it
-            # was down at their commit, say) are expected to be missing: noted, not reported as lost.
-            awaiting = await self.store.awaiting_push([r.id for r in put_back])
-            if awaiting:
-                await self.working_set.note_unpushed(shard, sorted(awaiting), now)
+            # was down at their commit, say).
+            expected.update(await self.store.awaiting_push([r.id for r in put_back]))
+        if expected:
+            await self.working_set.note_unpushed(shard, sorted(expected), now)
         jobs = [NewJob(r.id, record_from_row(r, now), r.payload) for r in put_back]
         # A job whose row says leased may still be running: restored leased until its lease's end
         # when its type has a concurrency limit, so the limit counts it (restore_jobs.lua).

@@ -269,16 +269,16 @@ async def test_a_young_job_whose_push_lands_during_the_reconcile_is_queued_once_
 
 
 @pytest.mark.parametrize("committed", ["after the loss was noticed", "before it"])
-async def test_after_a_loss_only_jobs_committed_before_it_are_restored_at_once(
+async def test_after_a_loss_jobs_accepted_since_are_restored_at_once_but_not_reported_lost(
     shard: Shard, committed: str
 ) -> None:
     """Redis lost the shard's data (a dispatcher starting on an empty Redis takes every shard so) and
-    its reconcile waits for its turn while enqueues are answered. A job committed after the loss was
-    noticed is pushed to the Redis that answers now: the reconcile waits for its push, which queues it
-    once, and reports nothing. It used to restore such jobs at once and report them as missing from
-    Redis (a fresh-clone run of test_enqueues_racing_a_second_dispatchers_start... saw 125 on each of
-    two shards). A young job committed before the loss went with it (after a failover, the new master
-    lacks the newest jobs): restored at once, as lost."""
+    its reconcile waits for its turn while enqueues are answered. Every missing job is restored at
+    once, and a push that comes after finds it there. A job accepted after the loss was noticed cannot
+    have gone with the data: it is reported as unpushed (info), not lost. It used to be reported as
+    missing from Redis (a fresh-clone run of test_enqueues_racing_a_second_dispatchers_start... saw
+    125 on each of two shards). A young job accepted before the loss went with it (after a failover,
+    the new master lacks the newest jobs): reported lost (warning)."""
     await shard.acquire(1, "only")
     if committed == "before it":
         job = await shard.commit_new_job(enqueued_ago_ms=500)  # young still
@@ -289,13 +289,12 @@ async def test_after_a_loss_only_jobs_committed_before_it_are_restored_at_once(
     push = PushOnTheSecondLook(shard, job)
     with capture_logs() as logs:
         restored = await shard.reconciler.reconcile(SHARD, 1, lost_at_ms=lost_at_ms)
-    await push.land()  # unless it landed while the reconcile waited
-    if committed == "before it":
-        assert (push.looks, restored, push.pushed) == (1, 1, [[0]])  # restored; the late push skips it
-        assert restores_logged(logs) == {"warning": 1}
-    else:
-        assert (push.looks, restored, push.pushed) == (2, 0, [[1]])  # queued ready by its push
-        assert restores_logged(logs) == {}
+    await push.land()
+    assert (push.looks, restored, push.pushed) == (1, 1, [[0]])  # restored at once; the push skips it
+    reported = "info" if committed == "after the loss was noticed" else "warning"
+    assert restores_logged(logs) == {reported: 1}
+    record = await shard.working_set.record(SHARD, job.id)
+    assert record is not None and record.state is JobState.DELAYED
 
 
 async def test_a_young_job_whose_push_never_comes_is_restored_as_lost_once_it_is_late(shard: Shard) -> None:
