@@ -39,8 +39,8 @@ class ReconcileLoop:
         """Reconcile the shard in a task of its own: a large shard takes many ownership TTLs, and the
         coordinator's tick (heartbeat, renewals, placement) must not wait on it. A request while one
         runs is kept for after it (its pages may be past the jobs that prompted the request).
-        ``after_loss``: Redis lost the shard's data just now, so what is missing and was committed
-        before now is restored at once."""
+        ``after_loss``: Redis lost the shard's data just now, so what is missing is restored at once
+        (reported as lost unless accepted since now)."""
         if after_loss:
             self._lost_at[shard] = wall_ms()  # the latest: a job committed before it may be gone
         running = self._running.get(shard)

@@ -1,5 +1,5 @@
-"""ReconcileLoop's bookkeeping of when Redis was found to have lost a shard's data: the reconciler
-restores at once only the missing jobs stamped before that time (tests/integration/test_reconciler.py
+"""ReconcileLoop's bookkeeping of when Redis was found to have lost a shard's data: after a loss the
+reconciler restores every missing job at once, and reports as lost those stamped before that time (tests/integration/test_reconciler.py
 shows the restore itself against a real Redis and store). Here the reconciler only records what it is
 asked, and can be told to fail, so that the loop's retry is seen."""
 
@@ -73,7 +73,7 @@ async def test_a_loss_is_passed_on_with_when_it_was_noticed_and_a_plain_request_
 
 
 async def test_a_loss_noticed_twice_before_its_reconcile_starts_is_passed_on_with_the_later_time() -> None:
-    """Jobs stamped between the two notices may have gone with the second loss: restored at once."""
+    """Jobs stamped between the two notices may have gone with the second loss: reported as lost."""
     reconciler = RecordingReconciler()
     loop = loop_with(reconciler)
     first_notice = wall_ms()
@@ -87,7 +87,7 @@ async def test_a_loss_noticed_twice_before_its_reconcile_starts_is_passed_on_wit
 
 async def test_a_loss_noticed_again_while_a_reconcile_runs_is_passed_to_the_next_with_its_own_time() -> None:
     """Jobs stamped between the two notices may have gone with the second loss: the reconcile after it
-    must restore them at once, so it gets the second time, not the first."""
+    must report them as lost, so it gets the second time, not the first."""
     reconciler = RecordingReconciler()
     reconciler.gate = asyncio.Event()
     loop = loop_with(reconciler)
