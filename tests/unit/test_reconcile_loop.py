@@ -1,7 +1,7 @@
 """ReconcileLoop's bookkeeping of when Redis was found to have lost a shard's data: after a loss the
-reconciler restores every missing job at once, and reports as lost those stamped before that time (tests/integration/test_reconciler.py
-shows the restore itself against a real Redis and store). Here the reconciler only records what it is
-asked, and can be told to fail, so that the loop's retry is seen."""
+reconciler restores every missing job at once, and reports as lost those stamped before that time
+(tests/integration/test_reconciler.py shows the restore against a real Redis and store). Here the
+reconciler only records what it is asked, and can be told to fail, so that the loop's retry is seen."""
 
 from __future__ import annotations
 
