@@ -9,7 +9,6 @@ from collections.abc import Iterable
 
 import structlog
 
-from shardq_common.clock import wall_ms
 from shardq_common.errors import NotOwner
 
 from ..ops.redis_errors import REDIS_ERRORS
@@ -26,8 +25,7 @@ class ReconcileLoop:
         self.ownership = ownership
         self.interval_s = interval_s  # the full sweep of every owned shard
         self._needed: set[int] = set()  # tried by the next round of the loop
-        # Redis lost these since their last reconcile began: when that was last noticed (wall ms).
-        self._lost_at: dict[int, int] = {}
+        self._after_loss: set[int] = set()  # Redis lost these since their last reconcile began
         self._running: dict[int, asyncio.Task[None]] = {}
 
     def needed(self, shard: int) -> None:
@@ -39,10 +37,9 @@ class ReconcileLoop:
         """Reconcile the shard in a task of its own: a large shard takes many ownership TTLs, and the
         coordinator's tick (heartbeat, renewals, placement) must not wait on it. A request while one
         runs is kept for after it (its pages may be past the jobs that prompted the request).
-        ``after_loss``: Redis lost the shard's data just now, so what is missing is restored at once
-        (reported as lost unless accepted since now)."""
+        ``after_loss``: Redis lost the shard's data, so what is missing is restored at once."""
         if after_loss:
-            self._lost_at[shard] = wall_ms()  # the latest: a job committed before it may be gone
+            self._after_loss.add(shard)
         running = self._running.get(shard)
         if running is not None and not running.done():
             self._needed.add(shard)
@@ -61,7 +58,8 @@ class ReconcileLoop:
         return list(self._running.values())
 
     async def _reconcile(self, shard: int) -> None:
-        lost_at_ms = self._lost_at.pop(shard, None)
+        after_loss = shard in self._after_loss
+        self._after_loss.discard(shard)
         epoch = self.ownership.epochs.get(shard)
         if epoch is None:
             return
@@ -71,23 +69,22 @@ class ReconcileLoop:
 
         try:
             try:
-                await self.reconciler.reconcile(shard, epoch, still_owner, lost_at_ms=lost_at_ms)
+                await self.reconciler.reconcile(shard, epoch, still_owner, after_loss=after_loss)
             except NotOwner:
                 self._running.pop(shard, None)  # a recovery reconciles the shard again, from the start
                 await self.ownership.recover(shard, epoch)
         except REDIS_ERRORS as exc:
             note_redis_error("reconcile", exc, shard=shard)
-            self._again(shard, lost_at_ms)
+            self._again(shard, after_loss)
         except Exception as exc:
             log.warning("reconcile failed", shard=shard, error=str(exc))
-            self._again(shard, lost_at_ms)
+            self._again(shard, after_loss)
 
-    def _again(self, shard: int, lost_at_ms: int | None) -> None:
-        """A reconcile that failed is tried again by run(), as it was asked for (a loss noticed since
-        takes the place of this one's)."""
+    def _again(self, shard: int, after_loss: bool) -> None:
+        """A reconcile that failed is tried again by run(), as it was asked for."""
         self._needed.add(shard)
-        if lost_at_ms is not None:
-            self._lost_at.setdefault(shard, lost_at_ms)
+        if after_loss:
+            self._after_loss.add(shard)
 
     async def run(self) -> None:
         last_full = asyncio.get_running_loop().time()

@@ -77,12 +77,6 @@ def _may_be_on_its_way(row: JobRow, now: int, in_flight_ms: int) -> bool:
     return row.attempts == 0 and now - max(row.enqueued_at, row.updated_at) < in_flight_ms
 
 
-def _accepted_since(row: JobRow, lost_at_ms: int) -> bool:
-    """Stamped (enqueued_at, or updated_at when released from 'waiting') at or after ``lost_at_ms``
-    and never leased: it cannot have gone with data Redis had lost by then; its push is on its way."""
-    return row.attempts == 0 and max(row.enqueued_at, row.updated_at) >= lost_at_ms
-
-
 class Reconciler:
     def __init__(
         self,
@@ -107,21 +101,19 @@ class Reconciler:
         epoch: int,
         still_owner: Callable[[], bool] = lambda: True,
         *,
-        lost_at_ms: int | None = None,
+        after_loss: bool = False,
     ) -> int:
         """Restore the shard's active jobs that Redis does not hold, a page at a time (stopping early
         once ``still_owner()`` says the shard is gone). Returns how many.
 
-        ``lost_at_ms``: when this process found that Redis had lost the shard's data (its meta was
-        gone, or another master answers). Missing jobs are then restored at once, young ones too: most
-        were lost, not on their way, and a push that comes after all finds its job restored and skips
-        it. Those accepted since ``lost_at_ms`` cannot have gone with the data, and are reported as
-        unpushed, not as lost: a process that starts on an empty Redis takes every shard that way,
-        and answers enqueues while these reconciles wait for their turn."""
+        ``after_loss``: Redis lost the shard's data (its meta was gone, or another master answers).
+        Missing jobs are then restored at once, young ones too: most were lost, not on their way, and
+        a push that comes after all finds its job restored and skips it."""
         lock = self._locks.setdefault(shard, asyncio.Lock())
         restored = Restored()
         caught_up = 0
         waiting: dict[str, int] = {}  # young jobs missing -> until when (wall ms) their push may come
+        in_flight_ms = 0 if after_loss else self.in_flight_ms
         try:
             async with lock, self._slots:
                 # Waiting jobs (issue 21) are never put in Redis: they are not among the active ids.
@@ -132,7 +124,7 @@ class Reconciler:
                     if not still_owner():
                         break
                     caught_up += self._catch_up(shard, await self.working_set.finished(shard, ids))
-                    async for done in self._restore_chunks(shard, epoch, ids, waiting, lost_at_ms):
+                    async for done in self._restore_chunks(shard, epoch, ids, waiting, in_flight_ms):
                         restored += done
             # Outside the slot: a shard whose young jobs are awaited holds up no other shard's
             # reconcile. Looking again costs a script call per RESTORE_CHUNK jobs awaited: many are
@@ -143,7 +135,7 @@ class Reconciler:
                 started = asyncio.get_running_loop().time()
                 again = list(waiting)
                 async with lock, self._slots:
-                    async for done in self._restore_chunks(shard, epoch, again, waiting, lost_at_ms):
+                    async for done in self._restore_chunks(shard, epoch, again, waiting, in_flight_ms):
                         restored += done
                 pause = max(RECHECK_S, 4 * (asyncio.get_running_loop().time() - started))
         finally:
@@ -160,7 +152,7 @@ class Reconciler:
         return restored.total
 
     async def _restore_chunks(
-        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], lost_at_ms: int | None
+        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], in_flight_ms: int
     ) -> AsyncIterator[Restored]:
         """Restore the missing ones of ``ids`` a chunk at a time, yielding what each chunk put back:
         counted as it goes, so a reconcile fenced off in the middle of a page still says what the
@@ -168,7 +160,7 @@ class Reconciler:
         for i in range(0, len(ids), RESTORE_CHUNK):
             chunk = ids[i : i + RESTORE_CHUNK]
             async with self.writer.forgets_held(shard, chunk):
-                done = await self._restore_missing(shard, epoch, chunk, waiting, lost_at_ms)
+                done = await self._restore_missing(shard, epoch, chunk, waiting, in_flight_ms)
             if done.total:
                 self.restored_total += done.total
                 metrics.RESTORED.labels("lost").inc(done.lost)
@@ -177,11 +169,11 @@ class Reconciler:
                 yield done
 
     async def _restore_missing(
-        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], lost_at_ms: int | None
+        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], in_flight_ms: int
     ) -> Restored:
         """Restore those of these jobs that Redis does not hold and that are still active, but for
         ones younger than ``in_flight_ms`` whose push may still come (``waiting``: they are left there
-        until it is late), unless Redis lost the shard's data (``lost_at_ms``).
+        until it is late).
 
         Their ids were read a moment ago; since then a job may have finished or been cancelled. Its
         row is read again once Redis is found without it: a finished job's record leaves Redis only
@@ -207,27 +199,18 @@ class Reconciler:
         rows = [r for r in await self.store.get_jobs(due) if r.status in ACTIVE]
         put_back = []
         for r in rows:
-            if (
-                lost_at_ms is None
-                and r.id not in awaited
-                and not missing[r.id]
-                and _may_be_on_its_way(r, now, self.in_flight_ms)
-            ):
-                waiting[r.id] = min(max(r.enqueued_at, r.updated_at), now) + self.in_flight_ms
+            if r.id not in awaited and not missing[r.id] and _may_be_on_its_way(r, now, in_flight_ms):
+                waiting[r.id] = min(max(r.enqueued_at, r.updated_at), now) + in_flight_ms
             else:
                 put_back.append(r)
         if not put_back:
             return Restored()
-        # Expected to be missing, so noted as unpushed for the restore to count them so, not as lost.
-        expected: set[str] = set()
-        if lost_at_ms is not None:
-            expected.update(r.id for r in put_back if _accepted_since(r, lost_at_ms))
         if self.store.supports_sql_enqueue:
             # Jobs a producer's transaction enqueued (migration 0008) that no owner has pushed yet (it
-            # was down at their commit, say).
-            expected.update(await self.store.awaiting_push([r.id for r in put_back]))
-        if expected:
-            await self.working_set.note_unpushed(shard, sorted(expected), now)
+            # was down at their commit, say) are expected to be missing: noted, not reported as lost.
+            awaiting = await self.store.awaiting_push([r.id for r in put_back])
+            if awaiting:
+                await self.working_set.note_unpushed(shard, sorted(awaiting), now)
         jobs = [NewJob(r.id, record_from_row(r, now), r.payload) for r in put_back]
         # A job whose row says leased may still be running: restored leased until its lease's end
         # when its type has a concurrency limit, so the limit counts it (restore_jobs.lua).

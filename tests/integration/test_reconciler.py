@@ -227,29 +227,6 @@ def restores_logged(logs: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-class PushOnTheSecondLook:
-    """The job's push, landing between the reconcile's first look for missing jobs (which finds it
-    missing) and its second; or after the reconcile (``land()``) when it did not look again."""
-
-    def __init__(self, shard: Shard, job: NewJob) -> None:
-        self.shard = shard
-        self.job = job
-        self.looks = 0
-        self.pushed: list[list[int]] = []  # the enqueue script's code for the job, once pushed
-        self._look = shard.working_set.missing
-        shard.working_set.missing = self._missing  # type: ignore[method-assign]
-
-    async def _missing(self, shard_: int, ids: Sequence[str]) -> dict[str, bool]:
-        self.looks += 1
-        if self.looks == 2:
-            await self.land()
-        return await self._look(shard_, ids)
-
-    async def land(self) -> None:
-        if not self.pushed:
-            self.pushed.append(await self.shard.working_set.enqueue(SHARD, 1, wall_ms(), [self.job]))
-
-
 async def test_a_young_job_whose_push_lands_during_the_reconcile_is_queued_once_by_its_push(
     shard: Shard,
 ) -> None:
@@ -258,43 +235,26 @@ async def test_a_young_job_whose_push_lands_during_the_reconcile_is_queued_once_
     before the reconcile looks again; it queues the job, once, and nothing is reported."""
     await shard.acquire(1, "only")
     job = await shard.commit_new_job(enqueued_ago_ms=0)
-    push = PushOnTheSecondLook(shard, job)
+    pushed: list[list[int]] = []
+    looks = 0
+    look = shard.working_set.missing
+
+    async def push_lands_before_the_second_look(shard_: int, ids: Sequence[str]) -> dict[str, bool]:
+        nonlocal looks
+        looks += 1
+        if looks == 2:
+            pushed.append(await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]))
+        return await look(shard_, ids)
+
+    shard.working_set.missing = push_lands_before_the_second_look  # type: ignore[method-assign]
     with capture_logs() as logs:
         restored = await shard.reconciler.reconcile(SHARD, 1)
-    await push.land()  # unless it landed while the reconcile waited
-    assert (restored, push.pushed) == (0, [[1]])  # queued ready by its push, not found there already
+    if not pushed:  # the reconcile did not wait: the push comes after it
+        pushed.append(await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]))
+    assert (restored, pushed) == (0, [[1]])  # queued ready by its push, not found there already
     record = await shard.working_set.record(SHARD, job.id)
     assert record is not None and record.state is JobState.READY
     assert restores_logged(logs) == {}
-
-
-@pytest.mark.parametrize("committed", ["after the loss was noticed", "before it"])
-async def test_after_a_loss_jobs_accepted_since_are_restored_at_once_but_not_reported_lost(
-    shard: Shard, committed: str
-) -> None:
-    """Redis lost the shard's data (a dispatcher starting on an empty Redis takes every shard so) and
-    its reconcile waits for its turn while enqueues are answered. Every missing job is restored at
-    once, and a push that comes after finds it there. A job accepted after the loss was noticed cannot
-    have gone with the data: it is reported as unpushed (info), not lost. It used to be reported as
-    missing from Redis (a fresh-clone run of test_enqueues_racing_a_second_dispatchers_start... saw
-    125 on each of two shards). A young job accepted before the loss went with it (after a failover,
-    the new master lacks the newest jobs): reported lost (warning)."""
-    await shard.acquire(1, "only")
-    if committed == "before it":
-        job = await shard.commit_new_job(enqueued_ago_ms=500)  # young still
-        lost_at_ms = wall_ms()
-    else:
-        lost_at_ms = wall_ms()
-        job = await shard.commit_new_job(enqueued_ago_ms=0)
-    push = PushOnTheSecondLook(shard, job)
-    with capture_logs() as logs:
-        restored = await shard.reconciler.reconcile(SHARD, 1, lost_at_ms=lost_at_ms)
-    await push.land()
-    assert (push.looks, restored, push.pushed) == (1, 1, [[0]])  # restored at once; the push skips it
-    reported = "info" if committed == "after the loss was noticed" else "warning"
-    assert restores_logged(logs) == {reported: 1}
-    record = await shard.working_set.record(SHARD, job.id)
-    assert record is not None and record.state is JobState.DELAYED
 
 
 async def test_a_young_job_whose_push_never_comes_is_restored_as_lost_once_it_is_late(shard: Shard) -> None:
@@ -357,7 +317,7 @@ async def test_a_reconcile_cut_short_by_a_takeover_says_what_it_restored(shard: 
 
     shard.store.active_ids = taken_over_after_the_first_page  # type: ignore[method-assign]
     with capture_logs() as logs, pytest.raises(NotOwner):
-        await shard.reconciler.reconcile(SHARD, 1, lost_at_ms=wall_ms())
+        await shard.reconciler.reconcile(SHARD, 1, after_loss=True)
     assert restores_logged(logs) == {"warning": PAGE}
 
 
@@ -382,5 +342,5 @@ async def test_a_reconcile_fenced_off_in_the_middle_of_a_page_says_what_it_resto
 
     shard.working_set.missing = taken_over_before_the_second_chunk  # type: ignore[method-assign]
     with capture_logs() as logs, pytest.raises(NotOwner):
-        await shard.reconciler.reconcile(SHARD, 1, lost_at_ms=wall_ms())
+        await shard.reconciler.reconcile(SHARD, 1, after_loss=True)
     assert restores_logged(logs) == {"warning": RESTORE_CHUNK}
