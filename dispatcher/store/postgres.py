@@ -195,7 +195,7 @@ class PostgresStore(PartitionQueries, Store):
         try:
             async with self.pool.connection() as conn:
                 yield conn
-        except (psycopg.OperationalError, PoolTimeout) as exc:
+        except psycopg.OperationalError as exc:  # a PoolTimeout is one
             raise _store_error(exc) from exc
 
     async def _execute_alone(self, statement: str, params: Sequence[Any]) -> None:
