@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 from redis.exceptions import ResponseError
 
-from ..ops.redis_client import ShardqRedisCluster
+from ..ops.redis_client import ShardqRedisCluster, reconnect_all
 from ..ops.redis_errors import redis_transient
 
 log = structlog.get_logger("shardq.failover")
@@ -75,4 +75,4 @@ class MasterWatch:
 
     async def _reconnect(self) -> None:
         if not isinstance(self.redis, ShardqRedisCluster):  # a cluster client follows MOVED itself
-            await self.redis.connection_pool.disconnect()
+            await reconnect_all(self.redis.connection_pool)

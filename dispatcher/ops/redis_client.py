@@ -31,11 +31,13 @@ Behind an address that follows the master (Sentinel-managed DNS or virtual IP, a
 endpoint, a proxy), a failover can leave open connections on the old master, now a replica that
 answers every write with ``READONLY``, and answers reads (and scripts that end up writing nothing,
 such as an ack with a token it has never seen) from its stale data. On a single server a
-``READONLY`` reply closes every connection of the client, since all of them may reach the demoted
-server, and raises :class:`ReadOnlyReplica` (a ``ConnectionError``, as redis-py's own Sentinel
-client does): the command is retried on a new connection, which reaches the new master. A script
-refused with ``READONLY`` wrote nothing, so running it again is safe. The coordinator's failover
-watch (failover.py) closes them too when it sees another master, or a replica, answer.
+``READONLY`` reply makes every connection of the client connect again, since all of them may reach
+the demoted server, and raises :class:`ReadOnlyReplica` (a ``ConnectionError``, as redis-py's own
+Sentinel client does): the command is retried on a new connection, which reaches the new master. A
+script refused with ``READONLY`` wrote nothing, so running it again is safe. The coordinator's
+failover watch (failover.py) does the same when it sees another master, or a replica, answer. A
+connection in use is closed only once its command's reply is read (:func:`reconnect_all`): closed
+under the command, it would have the command retried after the server may have run it.
 
 Both kinds of client use ``decode_responses=False``, TCP keepalive, a 5 s connect timeout, a 10 s
 read timeout and, on a single server, a ``PING`` health check of connections idle for 10 s.
@@ -165,6 +167,15 @@ def _with_c_packer(base: type[Any]) -> type[Any]:
     return type(f"CPacked{base.__name__}", (base,), {"pack_command": pack_command})
 
 
+async def reconnect_all(pool: Any) -> None:
+    """Make every connection of ``pool`` connect again, through the URL, before its next command:
+    the idle ones are closed now, and those in use once their command's reply is read. Closing a
+    connection in use would cut its command after the server may have run it, and the retry would
+    run it again (a lease script granting its jobs twice, the first grant never sent)."""
+    await pool.update_active_connections_for_reconnect()
+    await pool.disconnect(inuse_connections=False)
+
+
 class ReadOnlyReplica(ConnectionError):
     """The server this connection reached is a read-only replica now (a failover demoted it)."""
 
@@ -172,9 +183,9 @@ class ReadOnlyReplica(ConnectionError):
 
 
 def _following_the_master(base: type[Any], pool: Any) -> type[Any]:
-    """The connection class, closing every connection of ``pool`` when one's server answers
-    READONLY (see the module docstring), so that the retry connects again, through the URL, to the
-    current master."""
+    """The connection class, making every connection of ``pool`` connect again when one's server
+    answers READONLY (see the module docstring), so that the retry connects again, through the URL,
+    to the current master. This connection is closed by the retry itself."""
     pool_ref = weakref.ref(pool)
 
     async def read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -182,7 +193,7 @@ def _following_the_master(base: type[Any], pool: Any) -> type[Any]:
             return await base.read_response(self, *args, **kwargs)
         except ReadOnlyError as exc:
             owner = pool_ref()
-            await (owner.disconnect() if owner is not None else self.disconnect())
+            await (reconnect_all(owner) if owner is not None else self.disconnect())
             raise ReadOnlyReplica(f"the Redis server is a read-only replica now: {exc}") from exc
 
     return type(f"MasterFollowing{base.__name__}", (base,), {"read_response": read_response})

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from dispatcher.cluster.failover import MasterWatch
 from dispatcher.ops.redis_client import connect
+from tests.support.redis_server import running
+from tests.support.wait import wait_for
 
 
 async def test_a_restart_and_a_promotion_are_noticed_once_each(private_redis):
@@ -21,6 +25,27 @@ async def test_a_restart_and_a_promotion_are_noticed_once_each(private_redis):
             r.execute_command("REPLICAOF", "NO", "ONE")  # promoted: a new master_replid
         assert await watch.changed()
         assert not await watch.changed()
+    finally:
+        await redis.aclose()
+
+
+async def test_a_command_in_flight_is_not_cut_when_another_master_is_noticed(private_redis):
+    """The connections connect again once their command's reply is read: one closed under a
+    command would make redis-py send it again, and a lease script sent twice grants its jobs twice
+    (the first grant never reaches a worker and waits out its lease)."""
+    redis = connect(private_redis.url)
+    watch = MasterWatch(redis)
+    try:
+        assert not await watch.changed()
+        private_redis.restart()
+        with private_redis.client() as r:
+            in_flight = asyncio.create_task(redis.blpop(["waiting"], timeout=10))
+            await wait_for(lambda: running(r, "blpop"), timeout=5, message="BLPOP never sent")
+            assert await watch.changed()
+            r.rpush("waiting", "job")
+            assert await in_flight == (b"waiting", b"job")
+            assert r.info("commandstats")["cmdstat_blpop"]["calls"] == 1  # sent once, not cut and sent again
+            assert await redis.ping()  # and the client goes on
     finally:
         await redis.aclose()
 

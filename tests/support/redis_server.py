@@ -223,3 +223,8 @@ class RedisServer:
 
 class _ExitedEarly(Exception):
     """The server process ended while we waited for it to answer."""
+
+
+def running(r: redis.Redis, command: str) -> bool:
+    """Whether a client of the server ``r`` talks to waits in ``command`` (lower case), e.g. ``blpop``."""
+    return any(c["cmd"] == command for c in r.client_list())
