@@ -25,7 +25,6 @@ class ReconcileLoop:
         self.ownership = ownership
         self.interval_s = interval_s  # the full sweep of every owned shard
         self._needed: set[int] = set()  # tried by the next round of the loop
-        self._after_loss: set[int] = set()  # Redis lost these since their last reconcile began
         self._running: dict[int, asyncio.Task[None]] = {}
 
     def needed(self, shard: int) -> None:
@@ -37,9 +36,10 @@ class ReconcileLoop:
         """Reconcile the shard in a task of its own: a large shard takes many ownership TTLs, and the
         coordinator's tick (heartbeat, renewals, placement) must not wait on it. A request while one
         runs is kept for after it (its pages may be past the jobs that prompted the request).
-        ``after_loss``: Redis lost the shard's data, so what is missing is restored at once."""
+        ``after_loss``: Redis lost the shard's data, seen now: what was accepted before is restored
+        at once, by this reconcile or by one under way (Reconciler.note_loss)."""
         if after_loss:
-            self._after_loss.add(shard)
+            self.reconciler.note_loss(shard)
         running = self._running.get(shard)
         if running is not None and not running.done():
             self._needed.add(shard)
@@ -58,8 +58,6 @@ class ReconcileLoop:
         return list(self._running.values())
 
     async def _reconcile(self, shard: int) -> None:
-        after_loss = shard in self._after_loss
-        self._after_loss.discard(shard)
         epoch = self.ownership.epochs.get(shard)
         if epoch is None:
             return
@@ -69,22 +67,16 @@ class ReconcileLoop:
 
         try:
             try:
-                await self.reconciler.reconcile(shard, epoch, still_owner, after_loss=after_loss)
+                await self.reconciler.reconcile(shard, epoch, still_owner)
             except NotOwner:
                 self._running.pop(shard, None)  # a recovery reconciles the shard again, from the start
                 await self.ownership.recover(shard, epoch)
         except REDIS_ERRORS as exc:
             note_redis_error("reconcile", exc, shard=shard)
-            self._again(shard, after_loss)
+            self._needed.add(shard)  # tried again by run()
         except Exception as exc:
             log.warning("reconcile failed", shard=shard, error=str(exc))
-            self._again(shard, after_loss)
-
-    def _again(self, shard: int, after_loss: bool) -> None:
-        """A reconcile that failed is tried again by run(), as it was asked for."""
-        self._needed.add(shard)
-        if after_loss:
-            self._after_loss.add(shard)
+            self._needed.add(shard)  # tried again by run()
 
     async def run(self) -> None:
         last_full = asyncio.get_running_loop().time()

@@ -12,6 +12,9 @@ A job missing from Redis is not always one Redis lost: an enqueue is acknowledge
 and its push follows. A young job's push is given time to land (IN_FLIGHT_MS), and a job whose push
 failed was noted so by the process that held it (note_unpushed.lua): both are put back without
 alarm. Only the rest are reported as missing from Redis, the warning an operator reads as data loss.
+Once Redis is seen to have lost a shard (note_loss), a job accepted before then is not given that
+time: it was lost, not on its way. One accepted since was pushed to the Redis that came after, and
+is awaited like any young job; should Redis lose the shard again meanwhile, that later loss decides.
 
 A shard may hold millions of jobs: it is reconciled a page at a time, in a task of its own (the
 coordinator's heartbeats and ownership renewals never wait on it, nor do status writes), and the jobs
@@ -43,7 +46,8 @@ RESTORE_CHUNK = 500  # ids looked up and restored in one go (one restore script 
 # push this long to land before putting the job back: a push that lands queues it once, as usual; one
 # that fails notes the job as unpushed (note_unpushed.lua), and the reconcile puts it back at once.
 # Only a job missing past this, and never noted, is one Redis lost: the warning an operator reads
-# as data loss. The wait delays the restore of young jobs Redis lost by this much at most.
+# as data loss. The wait delays the restore of young jobs Redis lost by this much at most, unless
+# the loss is noticed (note_loss): the jobs accepted before it are restored at once.
 IN_FLIGHT_MS = 10_000
 RECHECK_S = 0.25  # how often the young missing jobs are looked for again
 # Shards reconciled at once (a full sweep, or Redis losing every shard, asks for all of them): each
@@ -71,10 +75,15 @@ def record_from_row(row: JobRow, now: int, *, requeue: bool = False) -> JobRecor
     )
 
 
-def _may_be_on_its_way(row: JobRow, now: int, in_flight_ms: int) -> bool:
-    """Committed (or released from 'waiting': its updated_at) lately and never leased: its push
-    (behind its enqueue's answer, or a hand-off to this process) may not have reached Redis yet."""
-    return row.attempts == 0 and now - max(row.enqueued_at, row.updated_at) < in_flight_ms
+def accepted_at(row: JobRow) -> int:
+    """When the job was committed, or released from 'waiting' (its updated_at): its push follows."""
+    return max(row.enqueued_at, row.updated_at)
+
+
+def _may_be_on_its_way(row: JobRow, now: int, in_flight_ms: int, lost_at: int) -> bool:
+    """Accepted lately, since the shard's last loss, and never leased: its push (behind its
+    enqueue's answer, or a hand-off to this process) may not have reached Redis yet."""
+    return row.attempts == 0 and lost_at <= accepted_at(row) and now - accepted_at(row) < in_flight_ms
 
 
 class Reconciler:
@@ -92,28 +101,26 @@ class Reconciler:
         self.on_restored = on_restored  # (shard): jobs were put back, due ones can be promoted now
         self.in_flight_ms = in_flight_ms
         self.restored_total = 0
+        self._lost_at: dict[int, int] = {}  # shard -> when (wall ms) Redis was last seen to have lost it
         self._locks: dict[int, asyncio.Lock] = {}
         self._slots = asyncio.Semaphore(SHARDS_AT_ONCE)
 
-    async def reconcile(
-        self,
-        shard: int,
-        epoch: int,
-        still_owner: Callable[[], bool] = lambda: True,
-        *,
-        after_loss: bool = False,
-    ) -> int:
-        """Restore the shard's active jobs that Redis does not hold, a page at a time (stopping early
-        once ``still_owner()`` says the shard is gone). Returns how many.
+    def note_loss(self, shard: int, at_ms: int | None = None) -> None:
+        """Redis lost the shard's data (its meta was gone, or another master answers), seen at
+        ``at_ms`` (now by default): the missing jobs accepted before then are restored at once, young
+        ones too, and reported as lost (a push that comes after all finds its job restored and skips
+        it). The latest loss is kept and read as each job is judged, so a reconcile under way, or
+        awaiting a push, judges by a loss seen after it began."""
+        at = wall_ms() if at_ms is None else at_ms
+        self._lost_at[shard] = max(self._lost_at.get(shard, 0), at)
 
-        ``after_loss``: Redis lost the shard's data (its meta was gone, or another master answers).
-        Missing jobs are then restored at once, young ones too: most were lost, not on their way, and
-        a push that comes after all finds its job restored and skips it."""
+    async def reconcile(self, shard: int, epoch: int, still_owner: Callable[[], bool] = lambda: True) -> int:
+        """Restore the shard's active jobs that Redis does not hold, a page at a time (stopping early
+        once ``still_owner()`` says the shard is gone). Returns how many."""
         lock = self._locks.setdefault(shard, asyncio.Lock())
         restored = Restored()
         caught_up = 0
-        waiting: dict[str, int] = {}  # young jobs missing -> until when (wall ms) their push may come
-        in_flight_ms = 0 if after_loss else self.in_flight_ms
+        waiting: dict[str, int] = {}  # young jobs missing -> when (wall ms) they were accepted
         try:
             async with lock, self._slots:
                 # Waiting jobs (issue 21) are never put in Redis: they are not among the active ids.
@@ -124,7 +131,7 @@ class Reconciler:
                     if not still_owner():
                         break
                     caught_up += self._catch_up(shard, await self.working_set.finished(shard, ids))
-                    async for done in self._restore_chunks(shard, epoch, ids, waiting, in_flight_ms):
+                    async for done in self._restore_chunks(shard, epoch, ids, waiting):
                         restored += done
             # Outside the slot: a shard whose young jobs are awaited holds up no other shard's
             # reconcile. Looking again costs a script call per RESTORE_CHUNK jobs awaited: many are
@@ -135,7 +142,7 @@ class Reconciler:
                 started = asyncio.get_running_loop().time()
                 again = list(waiting)
                 async with lock, self._slots:
-                    async for done in self._restore_chunks(shard, epoch, again, waiting, in_flight_ms):
+                    async for done in self._restore_chunks(shard, epoch, again, waiting):
                         restored += done
                 pause = max(RECHECK_S, 4 * (asyncio.get_running_loop().time() - started))
         finally:
@@ -152,7 +159,7 @@ class Reconciler:
         return restored.total
 
     async def _restore_chunks(
-        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], in_flight_ms: int
+        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int]
     ) -> AsyncIterator[Restored]:
         """Restore the missing ones of ``ids`` a chunk at a time, yielding what each chunk put back:
         counted as it goes, so a reconcile fenced off in the middle of a page still says what the
@@ -160,7 +167,7 @@ class Reconciler:
         for i in range(0, len(ids), RESTORE_CHUNK):
             chunk = ids[i : i + RESTORE_CHUNK]
             async with self.writer.forgets_held(shard, chunk):
-                done = await self._restore_missing(shard, epoch, chunk, waiting, in_flight_ms)
+                done = await self._restore_missing(shard, epoch, chunk, waiting)
             if done.total:
                 self.restored_total += done.total
                 metrics.RESTORED.labels("lost").inc(done.lost)
@@ -169,11 +176,11 @@ class Reconciler:
                 yield done
 
     async def _restore_missing(
-        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int], in_flight_ms: int
+        self, shard: int, epoch: int, ids: list[str], waiting: dict[str, int]
     ) -> Restored:
         """Restore those of these jobs that Redis does not hold and that are still active, but for
-        ones younger than ``in_flight_ms`` whose push may still come (``waiting``: they are left there
-        until it is late).
+        ones whose push may still come (``waiting``: they are left there until it is late, or until
+        a loss seen since they were accepted says they were lost).
 
         Their ids were read a moment ago; since then a job may have finished or been cancelled. Its
         row is read again once Redis is found without it: a finished job's record leaves Redis only
@@ -182,15 +189,16 @@ class Reconciler:
         process's forgets of these jobs off, so none can be pushed, finish and leave Redis in between."""
         missing = await self.working_set.missing(shard, ids)
         now = wall_ms()
+        lost_at = self._lost_at.get(shard, 0)
         due: list[str] = []  # rows to read again
-        awaited: set[str] = set()  # waited for long enough, or noted as unpushed meanwhile
+        awaited: set[str] = set()  # waited for long enough, noted as unpushed, or lost since
         for job_id in ids:
-            until = waiting.get(job_id)
+            accepted = waiting.get(job_id)
             if job_id not in missing:
                 waiting.pop(job_id, None)  # pushed meanwhile
-            elif until is None:
+            elif accepted is None:
                 due.append(job_id)
-            elif missing[job_id] or until <= now:
+            elif missing[job_id] or accepted < lost_at or accepted + self.in_flight_ms <= now:
                 del waiting[job_id]
                 awaited.add(job_id)
                 due.append(job_id)
@@ -199,8 +207,12 @@ class Reconciler:
         rows = [r for r in await self.store.get_jobs(due) if r.status in ACTIVE]
         put_back = []
         for r in rows:
-            if r.id not in awaited and not missing[r.id] and _may_be_on_its_way(r, now, in_flight_ms):
-                waiting[r.id] = min(max(r.enqueued_at, r.updated_at), now) + in_flight_ms
+            if (
+                r.id not in awaited
+                and not missing[r.id]
+                and _may_be_on_its_way(r, now, self.in_flight_ms, lost_at)
+            ):
+                waiting[r.id] = min(accepted_at(r), now)
             else:
                 put_back.append(r)
         if not put_back:

@@ -227,6 +227,41 @@ def restores_logged(logs: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
+def at_the_second_look(shard: Shard, then: Callable[[], Awaitable[None]]) -> None:
+    """Run ``then`` as the reconcile looks in Redis for the second time, before the look: the
+    first finds the job missing, the second comes once the reconcile has waited for it."""
+    looks = 0
+    look = shard.working_set.missing
+
+    async def looking(shard_: int, ids: Sequence[str]) -> dict[str, bool]:
+        nonlocal looks
+        looks += 1
+        if looks == 2:
+            await then()
+        return await look(shard_, ids)
+
+    shard.working_set.missing = looking  # type: ignore[method-assign]
+
+
+async def reconcile_while_a_push_lands(
+    shard: Shard, job: NewJob
+) -> tuple[int, list[list[int]], dict[str, int]]:
+    """Reconcile while the job's push is on its way; it lands at the second look, or after the
+    reconcile should that not look again. Returns what the reconcile restored, what the push
+    answered and the restores logged."""
+    pushed: list[list[int]] = []
+
+    async def push() -> None:
+        pushed.append(await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]))
+
+    at_the_second_look(shard, push)
+    with capture_logs() as logs:
+        restored = await shard.reconciler.reconcile(SHARD, 1)
+    if not pushed:  # the reconcile did not wait: the push comes after it
+        await push()
+    return restored, pushed, restores_logged(logs)
+
+
 async def test_a_young_job_whose_push_lands_during_the_reconcile_is_queued_once_by_its_push(
     shard: Shard,
 ) -> None:
@@ -235,26 +270,53 @@ async def test_a_young_job_whose_push_lands_during_the_reconcile_is_queued_once_
     before the reconcile looks again; it queues the job, once, and nothing is reported."""
     await shard.acquire(1, "only")
     job = await shard.commit_new_job(enqueued_ago_ms=0)
-    pushed: list[list[int]] = []
-    looks = 0
-    look = shard.working_set.missing
-
-    async def push_lands_before_the_second_look(shard_: int, ids: Sequence[str]) -> dict[str, bool]:
-        nonlocal looks
-        looks += 1
-        if looks == 2:
-            pushed.append(await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]))
-        return await look(shard_, ids)
-
-    shard.working_set.missing = push_lands_before_the_second_look  # type: ignore[method-assign]
-    with capture_logs() as logs:
-        restored = await shard.reconciler.reconcile(SHARD, 1)
-    if not pushed:  # the reconcile did not wait: the push comes after it
-        pushed.append(await shard.working_set.enqueue(SHARD, 1, wall_ms(), [job]))
-    assert (restored, pushed) == (0, [[1]])  # queued ready by its push, not found there already
+    # Queued ready by its push, not found there already.
+    assert await reconcile_while_a_push_lands(shard, job) == (0, [[1]], {})
     record = await shard.working_set.record(SHARD, job.id)
     assert record is not None and record.state is JobState.READY
-    assert restores_logged(logs) == {}
+
+
+async def test_after_a_loss_a_job_accepted_since_is_awaited_like_any_young_job(shard: Shard) -> None:
+    """A dispatcher starting on an empty Redis takes each shard as lost, and answers enqueues while
+    it reconciles them: a job accepted after the loss was seen was pushed to the Redis that came
+    after. Found missing, its push is on its way: awaited, and no loss is reported (it was, restored
+    at once as missing from Redis)."""
+    await shard.acquire(1, "only")
+    shard.reconciler.note_loss(SHARD, wall_ms() - 5)
+    job = await shard.commit_new_job(enqueued_ago_ms=0)
+    assert await reconcile_while_a_push_lands(shard, job) == (0, [[1]], {})
+
+
+async def test_after_a_loss_a_young_job_accepted_before_it_is_restored_at_once_as_lost(shard: Shard) -> None:
+    """Accepted a moment before the loss was seen: its push went to the Redis that lost it, so it is
+    not awaited."""
+    await shard.acquire(1, "only")
+    job = await shard.commit_new_job(enqueued_ago_ms=5)
+    shard.reconciler.note_loss(SHARD)
+    with capture_logs() as logs:
+        assert await shard.reconciler.reconcile(SHARD, 1) == 1
+    assert wall_ms() - job.record.enqueued_at_ms < IN_FLIGHT_MS, "it waited for a push Redis had lost"
+    assert restores_logged(logs) == {"warning": 1}
+
+
+async def test_a_job_awaited_since_one_loss_is_restored_at_once_when_a_second_loss_is_seen(
+    shard: Shard,
+) -> None:
+    """The reconcile awaits a job accepted after a first loss; Redis then loses the shard again, with
+    the job's push in it, and the loss is seen while the reconcile waits. The later loss decides: the
+    job is restored at once and reported lost, not held back for its push's whole time."""
+    await shard.acquire(1, "only")
+    shard.reconciler.note_loss(SHARD, wall_ms() - 5)
+    job = await shard.commit_new_job(enqueued_ago_ms=0)
+
+    async def lost_again() -> None:
+        shard.reconciler.note_loss(SHARD)
+
+    at_the_second_look(shard, lost_again)
+    with capture_logs() as logs:
+        assert await shard.reconciler.reconcile(SHARD, 1) == 1
+    assert wall_ms() - job.record.enqueued_at_ms < IN_FLIGHT_MS, "it waited out the push of a lost job"
+    assert restores_logged(logs) == {"warning": 1}
 
 
 async def test_a_young_job_whose_push_never_comes_is_restored_as_lost_once_it_is_late(shard: Shard) -> None:
@@ -316,8 +378,9 @@ async def test_a_reconcile_cut_short_by_a_takeover_says_what_it_restored(shard: 
             yield ids
 
     shard.store.active_ids = taken_over_after_the_first_page  # type: ignore[method-assign]
+    shard.reconciler.note_loss(SHARD)
     with capture_logs() as logs, pytest.raises(NotOwner):
-        await shard.reconciler.reconcile(SHARD, 1, after_loss=True)
+        await shard.reconciler.reconcile(SHARD, 1)
     assert restores_logged(logs) == {"warning": PAGE}
 
 
@@ -341,6 +404,7 @@ async def test_a_reconcile_fenced_off_in_the_middle_of_a_page_says_what_it_resto
         return await look(shard_, ids)
 
     shard.working_set.missing = taken_over_before_the_second_chunk  # type: ignore[method-assign]
+    shard.reconciler.note_loss(SHARD)
     with capture_logs() as logs, pytest.raises(NotOwner):
-        await shard.reconciler.reconcile(SHARD, 1, after_loss=True)
+        await shard.reconciler.reconcile(SHARD, 1)
     assert restores_logged(logs) == {"warning": RESTORE_CHUNK}
