@@ -10,6 +10,7 @@ redis_cluster  (session)  one 3-master RedisCluster3 for the whole run (skips wi
 redis_cluster_url (function) its ``redis+cluster://`` URL, every master FLUSHALLed before the test
 pg_admin_url   (session)  SHARDQ_TEST_PG_URL, or the local default server, or None
 db_url         (function) parametrized [sqlite] and [postgres]: a fresh, empty database URL
+pg_cluster     (function) a PostgreSQL server of the test's own (PgCluster), to stop or reconfigure
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pytest
 import uvloop
 
 from tests.support import postgres
+from tests.support.pg_cluster import PgCluster, find_pg_bin
 from tests.support.redis_cluster import RedisCliNotFound, RedisCluster3
 from tests.support.redis_server import RedisServer
 
@@ -127,6 +129,23 @@ def _fresh_database(request: pytest.FixtureRequest, folder: Path) -> Iterator[st
         pytest.skip(why)
     with postgres.TempDatabase(admin) as url:
         yield url
+
+
+@pytest.fixture
+def pg_cluster() -> Iterator[PgCluster]:
+    """A PostgreSQL server of this test's own, which it may stop or reconfigure (the shared server is
+    never touched that way). Without the server binaries: skip, or fail when CI is set."""
+    bin_dir = find_pg_bin()
+    if bin_dir is None:
+        if _in_ci():
+            pytest.fail("CI needs the PostgreSQL server binaries for a throwaway cluster", pytrace=False)
+        pytest.skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin) for a throwaway cluster")
+    cluster = PgCluster(bin_dir)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

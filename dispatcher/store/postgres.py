@@ -154,6 +154,10 @@ _IDLE = psycopg.pq.TransactionStatus.IDLE
 _CONNECT_TIMEOUT_S = 5
 
 
+def _read_only_error(exc: psycopg.errors.ReadOnlySqlTransaction) -> StoreUnavailable:
+    return StoreUnavailable(f"the database refuses writes (a standby: a failover demoted it?): {exc}")
+
+
 def _store_error(exc: psycopg.OperationalError) -> StoreConflict | StoreUnavailable:
     """A server that is gone or unreachable (a pool timeout too: an OperationalError) is an outage; a
     conflict is not."""
@@ -191,12 +195,27 @@ class PostgresStore(PartitionQueries, Store):
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection; a server that is gone or unreachable is an outage."""
+        """A pooled connection; a server that is gone or unreachable, or that refuses writes, is an
+        outage."""
         try:
             async with self.pool.connection() as conn:
                 yield conn
         except psycopg.OperationalError as exc:  # a PoolTimeout is one
             raise _store_error(exc) from exc
+        except psycopg.errors.ReadOnlySqlTransaction as exc:
+            await self._reach_the_primary()
+            raise _read_only_error(exc) from exc
+
+    async def _reach_the_primary(self) -> None:
+        """A server refused a write as read-only. Behind an address that follows the primary (DNS, a
+        virtual IP, a proxy), a failover can leave connections on the old primary, now a standby: left
+        in the pool, each would fail every write until it is recycled an hour later. Every connection
+        connects again, through the URL, to whatever it reaches now: the pool's idle ones at once,
+        those in use once their transaction ends (not cut mid-statement), the kept one after its
+        statement."""
+        await self.pool.drain()
+        async with self._kept_lock:
+            await self._close_kept()
 
     async def _execute_alone(self, statement: str, params: Sequence[Any]) -> None:
         """Run one statement as its own (durable) transaction, on a connection of its own kept open in
@@ -206,9 +225,10 @@ class PostgresStore(PartitionQueries, Store):
 
         The kept connection can have died since its last use (the server restarted, or a proxy cut
         it while idle): a statement that fails on it with a connection error is sent once more, on a
-        new connection. Only statements that may run twice come here: an insert of new ids, which
-        skips ids present. A new connection waits at most _CONNECT_TIMEOUT_S, so an enqueue during
-        an outage is refused within it."""
+        new connection. So is one refused as read-only: the server it reached may be the old
+        primary, a standby now (see _reach_the_primary). Only statements that may run twice come
+        here: an insert of new ids, which skips ids present. A new connection waits at most
+        _CONNECT_TIMEOUT_S, so an enqueue during an outage is refused within it."""
         async with self._kept_lock:
             for last_try in (False, True):
                 reused = self._kept is not None
@@ -221,6 +241,11 @@ class PostgresStore(PartitionQueries, Store):
                     await self._close_kept()
                     if last_try or not reused:
                         raise _store_error(exc) from exc
+                except psycopg.errors.ReadOnlySqlTransaction as exc:
+                    await self._close_kept()
+                    await self.pool.drain()
+                    if last_try or not reused:
+                        raise _read_only_error(exc) from exc
                 finally:
                     # A cancelled statement can leave it mid-query: a new one serves the next.
                     if self._kept is not None and self._kept.info.transaction_status != _IDLE:

@@ -21,7 +21,6 @@ from psycopg import sql
 from dispatcher.queue.ingest import MAX_UNQUEUED
 from dispatcher.queue.keys import ShardKeys
 from dispatcher.queue.records import JobRecord
-from tests.support.pg_cluster import PgCluster, find_pg_bin
 from tests.support.processes import read_ledger
 from tests.support.snapshots import count_jobs, db_status, job_keys_in_redis
 from tests.support.wait import wait_until
@@ -162,22 +161,6 @@ def test_a_stalled_redis_holds_enqueue_answers_once_the_committed_backlog_passes
             timeout=30,
             message=lambda: f"{sum(s.ready for s in client.stats())} of {total} ready in Redis",
         )
-
-
-@pytest.fixture
-def pg_cluster() -> Iterator[PgCluster]:
-    """A PostgreSQL server of this test's own, which it may stop (the shared server is never stopped)."""
-    bin_dir = find_pg_bin()
-    if bin_dir is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI needs the PostgreSQL server binaries for a throwaway cluster", pytrace=False)
-        pytest.skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin) for a throwaway cluster")
-    cluster = PgCluster(bin_dir)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.destroy()
 
 
 def redis_states(redis_url: str, shard_count: int, ids: list[str]) -> dict[str, str]:
