@@ -197,10 +197,15 @@ class PostgresStore(PartitionQueries, Store):
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A pooled connection; a server that is gone or unreachable, or that refuses writes, is an
         outage."""
+        conn: psycopg.AsyncConnection[Any] | None = None
         try:
             async with self.pool.connection() as conn:
                 yield conn
         except psycopg.OperationalError as exc:  # a PoolTimeout is one
+            if conn is not None and conn.broken:
+                # The server may have restarted: the pool's idle sessions died with this one, and
+                # each would fail a write of its own. Checked now, the dead are replaced.
+                await self.pool.check()
             raise _store_error(exc) from exc
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             await self._reach_the_primary()

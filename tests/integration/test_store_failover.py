@@ -1,10 +1,9 @@
-"""PostgresStore when the sessions it holds reach a server that refuses writes, while a new session
-reaches one that takes them: what a failover behind a DNS name, a virtual IP or a proxy leaves, with
-the old primary still up as a standby.
+"""PostgresStore when the server behind its URL changes under the sessions it holds: a restart, and
+a failover behind a DNS name, a virtual IP or a proxy that leaves the old primary up as a standby.
 
-One throwaway server plays both: a per-database setting keeps new sessions writable (it outranks
-the configuration file), while the sessions already open follow the file on reload and turn
-read-only, as if they had stayed on the old primary."""
+For the failover, one throwaway server plays both: a per-database setting keeps new sessions
+writable (it outranks the configuration file), while the sessions already open follow the file on
+reload and turn read-only, as if they had stayed on the old primary."""
 
 from __future__ import annotations
 
@@ -100,3 +99,18 @@ async def test_a_pooled_write_refused_as_read_only_is_unavailable_once_and_the_p
     for _ in range(4):  # the pool hands its sessions out in turn: both are new ones
         await store.insert_jobs([_row(next(keys))])
     assert rows_in(pg_cluster.url) == before + 4
+
+
+async def test_after_a_restart_one_pooled_write_fails_and_the_pools_other_dead_sessions_are_replaced(
+    pg_cluster: PgCluster, store: PostgresStore
+) -> None:
+    """Every pooled session died with the server. The first write meets a dead one and fails as an
+    outage; the pool's other sessions are checked then, so no later write meets another."""
+    keys = (f"key-{n}" for n in itertools.count())
+    await store.insert_jobs([_row(next(keys))])
+    pg_cluster.restart()
+    with pytest.raises(StoreUnavailable):
+        await store.insert_jobs([_row(next(keys))])
+    for _ in range(4):  # the pool hands its sessions out in turn: the other one was dead too
+        await store.insert_jobs([_row(next(keys))])
+    assert rows_in(pg_cluster.url) == 5
