@@ -61,6 +61,7 @@ the caller's request (such as keys of different slots in one script) are raised 
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
@@ -171,9 +172,18 @@ async def reconnect_all(pool: Any) -> None:
     """Make every connection of ``pool`` connect again, through the URL, before its next command:
     the idle ones are closed now, and those in use once their command's reply is read. Closing a
     connection in use would cut its command after the server may have run it, and the retry would
-    run it again (a lease script granting its jobs twice, the first grant never sent)."""
-    await pool.update_active_connections_for_reconnect()
-    await pool.disconnect(inuse_connections=False)
+    run it again (a lease script granting its jobs twice, the first grant never sent).
+
+    Under the pool's lock, which taking a connection from the pool and giving one back also hold:
+    without it, a task could take an idle connection and send its command between the look at the
+    idle ones and their close (redis-py's own ``disconnect(inuse_connections=False)`` closes them
+    outside the lock)."""
+    async with pool._lock:
+        for conn in pool._in_use_connections:
+            conn.mark_for_reconnect()  # closed by the pool when given back (ConnectionPool.release)
+        await asyncio.gather(
+            *(conn.disconnect() for conn in pool._available_connections), return_exceptions=True
+        )
 
 
 class ReadOnlyReplica(ConnectionError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -152,6 +153,10 @@ _CONFLICTS = ("40P01", "40001")
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 # As long as the pool waits for a connection.
 _CONNECT_TIMEOUT_S = 5
+# After the sessions connected again to leave a server refusing writes, they do not again before
+# this long: sessions opened since that refuse writes too reach a server that is read-only itself
+# (a disk-full guard, maintenance), and connecting again at every write would only churn.
+_REACH_AGAIN_S = 5.0
 
 
 def _read_only_error(exc: psycopg.errors.ReadOnlySqlTransaction) -> StoreUnavailable:
@@ -178,6 +183,8 @@ class PostgresStore(PartitionQueries, Store):
         # The connection kept open in autocommit for statements that commit alone (_execute_alone).
         self._kept: psycopg.AsyncConnection[Any] | None = None
         self._kept_lock = asyncio.Lock()
+        self._kept_stale = False  # closed before its next statement (_reach_the_primary)
+        self._reached_at: float | None = None  # when (monotonic s) _reach_the_primary last ran
 
     async def open(self) -> None:
         try:
@@ -211,16 +218,20 @@ class PostgresStore(PartitionQueries, Store):
             await self._reach_the_primary()
             raise _read_only_error(exc) from exc
 
-    async def _reach_the_primary(self) -> None:
+    async def _reach_the_primary(self) -> bool:
         """A server refused a write as read-only. Behind an address that follows the primary (DNS, a
         virtual IP, a proxy), a failover can leave connections on the old primary, now a standby: left
         in the pool, each would fail every write until it is recycled an hour later. Every connection
         connects again, through the URL, to whatever it reaches now: the pool's idle ones at once,
-        those in use once their transaction ends (not cut mid-statement), the kept one after its
-        statement."""
+        those in use once their transaction ends (not cut mid-statement), the kept one before its
+        next statement. Returns False, doing nothing, when they did so less than _REACH_AGAIN_S ago."""
+        now = time.monotonic()
+        if self._reached_at is not None and now - self._reached_at < _REACH_AGAIN_S:
+            return False
+        self._reached_at = now
+        self._kept_stale = True
         await self.pool.drain()
-        async with self._kept_lock:
-            await self._close_kept()
+        return True
 
     async def _execute_alone(self, statement: str, params: Sequence[Any]) -> None:
         """Run one statement as its own (durable) transaction, on a connection of its own kept open in
@@ -230,12 +241,16 @@ class PostgresStore(PartitionQueries, Store):
 
         The kept connection can have died since its last use (the server restarted, or a proxy cut
         it while idle): a statement that fails on it with a connection error is sent once more, on a
-        new connection. So is one refused as read-only: the server it reached may be the old
-        primary, a standby now (see _reach_the_primary). Only statements that may run twice come
-        here: an insert of new ids, which skips ids present. A new connection waits at most
-        _CONNECT_TIMEOUT_S, so an enqueue during an outage is refused within it."""
+        new connection. So is one refused as read-only, unless the sessions connected again lately:
+        the server it reached may be the old primary, a standby now (see _reach_the_primary). Only
+        statements that may run twice come here: an insert of new ids, which skips ids present. A
+        new connection waits at most _CONNECT_TIMEOUT_S, so an enqueue during an outage is refused
+        within it."""
         async with self._kept_lock:
             for last_try in (False, True):
+                if self._kept_stale:
+                    self._kept_stale = False
+                    await self._close_kept()
                 reused = self._kept is not None
                 try:
                     if self._kept is None:
@@ -247,9 +262,7 @@ class PostgresStore(PartitionQueries, Store):
                     if last_try or not reused:
                         raise _store_error(exc) from exc
                 except psycopg.errors.ReadOnlySqlTransaction as exc:
-                    await self._close_kept()
-                    await self.pool.drain()
-                    if last_try or not reused:
+                    if last_try or not await self._reach_the_primary():
                         raise _read_only_error(exc) from exc
                 finally:
                     # A cancelled statement can leave it mid-query: a new one serves the next.

@@ -6,8 +6,10 @@ import asyncio
 
 from dispatcher.cluster.failover import MasterWatch
 from dispatcher.ops.redis_client import connect
-from tests.support.redis_server import running
+from tests.support.redis_server import connected, running
 from tests.support.wait import wait_for
+
+UNDER_TEST = "reconnect-under-test"  # the client name of the connections the test watches
 
 
 async def test_a_restart_and_a_promotion_are_noticed_once_each(private_redis):
@@ -33,7 +35,7 @@ async def test_a_command_in_flight_is_not_cut_when_another_master_is_noticed(pri
     """The connections connect again once their command's reply is read: one closed under a
     command would make redis-py send it again, and a lease script sent twice grants its jobs twice
     (the first grant never reaches a worker and waits out its lease)."""
-    redis = connect(private_redis.url)
+    redis = connect(private_redis.url, client_name=UNDER_TEST)
     watch = MasterWatch(redis)
     try:
         assert not await watch.changed()
@@ -45,6 +47,12 @@ async def test_a_command_in_flight_is_not_cut_when_another_master_is_noticed(pri
             r.rpush("waiting", "job")
             assert await in_flight == (b"waiting", b"job")
             assert r.info("commandstats")["cmdstat_blpop"]["calls"] == 1  # sent once, not cut and sent again
+            # ... and every connection connected before the change is closed, the BLPOP's once done.
+            await wait_for(
+                lambda: not connected(r, UNDER_TEST),
+                timeout=5,
+                message=lambda: f"still open: {connected(r, UNDER_TEST)}",
+            )
             assert await redis.ping()  # and the client goes on
     finally:
         await redis.aclose()

@@ -37,6 +37,12 @@ def open_sessions_turn_read_only(url: str) -> None:
         admin.execute("SELECT pg_reload_conf()")
 
 
+def the_server_turns_read_only(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+        admin.execute("SELECT pg_reload_conf()")
+
+
 def rows_in(url: str) -> int:
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT COUNT(*) FROM jobs").fetchone()
@@ -99,6 +105,28 @@ async def test_a_pooled_write_refused_as_read_only_is_unavailable_once_and_the_p
     for _ in range(4):  # the pool hands its sessions out in turn: both are new ones
         await store.insert_jobs([_row(next(keys))])
     assert rows_in(pg_cluster.url) == before + 4
+
+
+async def test_a_server_read_only_itself_refuses_every_write_without_reconnecting_at_each(
+    pg_cluster: PgCluster, store: PostgresStore
+) -> None:
+    """Sessions opened since the last reconnect refuse writes too: the server is read-only itself (a
+    disk-full guard, maintenance). Every write fails as an outage; the sessions connect again once,
+    not at every write (at every one, 20 writes made about 80 sessions)."""
+    keys = (f"key-{n}" for n in itertools.count())
+    await store.insert_jobs([_row()])
+    opened = store.pool.get_stats().get("connections_num", 0)
+    the_server_turns_read_only(pg_cluster.url)
+    failed = 0
+    for n in range(20):
+        try:
+            await store.insert_jobs([_row(next(keys) if n % 2 else None)])  # pooled and kept in turn
+        except StoreUnavailable as exc:
+            assert "refuses writes" in str(exc)
+            failed += 1
+    assert failed >= 17  # each session (the pool's two, the kept one) may take one in before the reload
+    assert store.pool.get_stats().get("connections_num", 0) - opened <= 2  # one drain of the pool's two
+    assert rows_in(pg_cluster.url) == 1 + 20 - failed
 
 
 async def test_after_a_restart_one_pooled_write_fails_and_the_pools_other_dead_sessions_are_replaced(

@@ -228,3 +228,8 @@ class _ExitedEarly(Exception):
 def running(r: redis.Redis, command: str) -> bool:
     """Whether a client of the server ``r`` talks to waits in ``command`` (lower case), e.g. ``blpop``."""
     return any(c["cmd"] == command for c in r.client_list())
+
+
+def connected(r: redis.Redis, client_name: str) -> list[str]:
+    """The ids of the server's connections named ``client_name`` (CLIENT SETNAME)."""
+    return [str(c["id"]) for c in r.client_list() if c["name"] == client_name]
