@@ -114,6 +114,10 @@ class Reconciler:
         at = wall_ms() if at_ms is None else at_ms
         self._lost_at[shard] = max(self._lost_at.get(shard, 0), at)
 
+    def lost_at(self, shard: int) -> int:
+        """When (wall ms) Redis was last seen to have lost the shard's data; 0: never."""
+        return self._lost_at.get(shard, 0)
+
     async def reconcile(self, shard: int, epoch: int, still_owner: Callable[[], bool] = lambda: True) -> int:
         """Restore the shard's active jobs that Redis does not hold, a page at a time (stopping early
         once ``still_owner()`` says the shard is gone). Returns how many."""
@@ -189,7 +193,7 @@ class Reconciler:
         process's forgets of these jobs off, so none can be pushed, finish and leave Redis in between."""
         missing = await self.working_set.missing(shard, ids)
         now = wall_ms()
-        lost_at = self._lost_at.get(shard, 0)
+        lost_at = self.lost_at(shard)
         due: list[str] = []  # rows to read again
         awaited: set[str] = set()  # waited for long enough, noted as unpushed, or lost since
         for job_id in ids:
