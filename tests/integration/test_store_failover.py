@@ -12,22 +12,12 @@ import itertools
 import psycopg
 import pytest
 
-from dispatcher.store import JobRow
 from dispatcher.store.postgres import PostgresStore
 from shardq_common.errors import StoreUnavailable
 from tests.support.pg_cluster import PgCluster
 from tests.support.wait import wait_for
 
-_ids = itertools.count()
-
-
-def _row(key: str | None = None) -> JobRow:
-    return JobRow(
-        id=f"job-{next(_ids):06d}", type="t", shard=0, priority=1, payload=b"{}", status="ready",
-        run_at=1, lease_until=None, attempts=0, failures=0, expirations=0, max_attempts=5,
-        lease_ttl_ms=60_000, idem_key=key, last_error=None, dead_reason=None, result=None,
-        enqueued_at=1, started_at=None, finished_at=None, updated_at=1,
-    )  # fmt: skip
+from .test_store_jobs import _row  # a ready row of type "t" on shard 0, with the key if given
 
 
 def open_sessions_turn_read_only(url: str) -> None:
