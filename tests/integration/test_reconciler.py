@@ -279,8 +279,8 @@ async def test_a_young_job_whose_push_lands_during_the_reconcile_is_queued_once_
 async def test_after_a_loss_a_job_accepted_since_is_awaited_like_any_young_job(shard: Shard) -> None:
     """A dispatcher starting on an empty Redis takes each shard as lost, and answers enqueues while
     it reconciles them: a job accepted after the loss was seen was pushed to the Redis that came
-    after. Found missing, its push is on its way: awaited, and no loss is reported (it was, restored
-    at once as missing from Redis)."""
+    after. Found missing, its push is on its way: awaited, and no loss is reported (before, it was
+    restored at once and reported as missing from Redis)."""
     await shard.acquire(1, "only")
     shard.reconciler.note_loss(SHARD, wall_ms() - 5)
     job = await shard.commit_new_job(enqueued_ago_ms=0)

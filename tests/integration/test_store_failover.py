@@ -8,6 +8,7 @@ reload and turn read-only, as if they had stayed on the old primary."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -40,7 +41,7 @@ def rows_in(url: str) -> int:
 
 
 @pytest.fixture
-async def store(pg_cluster: PgCluster):
+async def store(pg_cluster: PgCluster) -> AsyncIterator[PostgresStore]:
     store = PostgresStore(pg_cluster.url, min_size=2, max_size=2)
     await store.open()
     await store.migrate()
