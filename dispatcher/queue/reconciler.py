@@ -80,10 +80,11 @@ def accepted_at(row: JobRow) -> int:
     return max(row.enqueued_at, row.updated_at)
 
 
-def _may_be_on_its_way(row: JobRow, now: int, in_flight_ms: int, lost_at: int) -> bool:
-    """Accepted lately, since the shard's last loss, and never leased: its push (behind its
-    enqueue's answer, or a hand-off to this process) may not have reached Redis yet."""
-    return row.attempts == 0 and lost_at <= accepted_at(row) and now - accepted_at(row) < in_flight_ms
+def _push_may_come(accepted: int, now: int, in_flight_ms: int, lost_at: int) -> bool:
+    """A job accepted at ``accepted``, since the shard's last loss and less than ``in_flight_ms``
+    ago: its push (behind its enqueue's answer, or a hand-off to this process) may not have reached
+    Redis yet."""
+    return lost_at <= accepted and now - accepted < in_flight_ms
 
 
 class Reconciler:
@@ -202,7 +203,7 @@ class Reconciler:
                 waiting.pop(job_id, None)  # pushed meanwhile
             elif accepted is None:
                 due.append(job_id)
-            elif missing[job_id] or accepted < lost_at or accepted + self.in_flight_ms <= now:
+            elif missing[job_id] or not _push_may_come(accepted, now, self.in_flight_ms, lost_at):
                 del waiting[job_id]
                 awaited.add(job_id)
                 due.append(job_id)
@@ -214,7 +215,8 @@ class Reconciler:
             if (
                 r.id not in awaited
                 and not missing[r.id]
-                and _may_be_on_its_way(r, now, self.in_flight_ms, lost_at)
+                and r.attempts == 0  # a job leased once was pushed long ago
+                and _push_may_come(accepted_at(r), now, self.in_flight_ms, lost_at)
             ):
                 waiting[r.id] = min(accepted_at(r), now)
             else:
